@@ -1,0 +1,1 @@
+"""Kafka client: cluster metadata, admin, offset lookups, the fetcher and the producer. Never imports pyspark."""

@@ -1,0 +1,264 @@
+"""The cluster as the client sees it: brokers, topics, partition leaders, coordinators.
+
+Layer: client (over ``net.NetworkClient``; never pyspark).
+
+``Cluster`` keeps the last Metadata answer and refreshes it when asked for a topic it does
+not know, when a caller reports an error that says the view is stale (NOT_LEADER_OR_FOLLOWER,
+UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH ...: ``BrokerError.invalid_metadata``), or
+when the cache is older than ``metadata.max.age.ms``. Requests are routed by kind: partition
+data to the partition leader, group requests to the group coordinator, transaction requests
+to the transaction coordinator (FindCoordinator, cached until an error says it moved).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from kafka_ds.client.config import ClientConfig
+from kafka_ds.net.pool import NetworkClient
+from kafka_ds.protocol.api_keys import ApiKey
+from kafka_ds.protocol.errors import BrokerError, ErrorCode, KafkaTimeoutError
+from kafka_ds.protocol.messages.find_coordinator import (
+    FindCoordinatorRequest, FindCoordinatorResponse,
+)
+from kafka_ds.protocol.messages.metadata import (
+    MetadataRequest, MetadataRequestTopic, MetadataResponse,
+)
+
+log = logging.getLogger(__name__)
+
+
+class UnknownTopicError(BrokerError):
+    """A topic the cluster does not have (UNKNOWN_TOPIC_OR_PARTITION after a refresh)."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist")
+        self.topic = topic
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (UnknownTopicError, (self.topic,))
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader_id: int  # -1 while no leader is elected
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    error_code: int = 0
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+    is_internal: bool = False
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+class CoordinatorType(IntEnum):
+    GROUP = 0
+    TRANSACTION = 1
+
+
+class Cluster:
+    """Metadata cache and request routing over one ``NetworkClient``."""
+
+    def __init__(self, client: NetworkClient, *, metadata_max_age_ms: int = 300_000,
+                 retry_backoff_ms: int = 100) -> None:
+        self.client = client
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
+        self.cluster_id: str | None = None
+        self.controller_id = -1
+        self._refreshed_at_ms: int | None = None
+        self._stale = True
+        self._coordinators: dict[tuple[int, str], int] = {}
+
+    @classmethod
+    def connect(cls, config: ClientConfig) -> Cluster:
+        """A cluster view over a new ``NetworkClient`` (connections open on first use)."""
+        client = NetworkClient(config.bootstrap_servers, config.connection)
+        return cls(client, metadata_max_age_ms=config.metadata_max_age_ms,
+                   retry_backoff_ms=config.retry_backoff_ms)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- metadata -------------------------------------------------------------------------
+
+    def invalidate(self) -> None:
+        """Mark the cache stale: the next lookup refreshes it."""
+        self._stale = True
+
+    def _is_fresh(self) -> bool:
+        if self._stale or self._refreshed_at_ms is None:
+            return False
+        age_ms = self.client.clock.monotonic_ms() - self._refreshed_at_ms
+        return age_ms < self.metadata_max_age_ms
+
+    def refresh(self, topics: Iterable[str] | None = None, timeout_ms: int | None = None) -> None:
+        """Fetch metadata for ``topics`` (plus those already cached); None means all topics."""
+        wanted = None if topics is None else sorted(set(topics) | set(self.topics))
+        connection = self.client.any_connection()
+        version = connection.version_for(ApiKey.METADATA)
+        if wanted is None:
+            request_topics = None if version >= 1 else []
+        else:
+            request_topics = [MetadataRequestTopic(name=name) for name in wanted]
+        request = MetadataRequest(topics=request_topics, allow_auto_topic_creation=False)
+        response: MetadataResponse = self.client.request(
+            connection.node_id, request, timeout_ms=timeout_ms, version=version)
+        self._apply(response, replace_all=wanted is None)
+
+    def _apply(self, response: MetadataResponse, replace_all: bool) -> None:
+        self.brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack)
+                        for b in response.brokers}
+        self.client.set_nodes({b.node_id: (b.host, b.port) for b in response.brokers})
+        self.cluster_id = response.cluster_id
+        self.controller_id = response.controller_id
+        topics = {} if replace_all else dict(self.topics)
+        for topic in response.topics:
+            if topic.name is None:
+                continue
+            if topic.error_code:
+                # Unknown or still-being-created topics must not linger in the cache.
+                topics.pop(topic.name, None)
+                if topic.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    log.debug("metadata for %s: error %s", topic.name, topic.error_code)
+                continue
+            partitions = {
+                p.partition_index: PartitionInfo(
+                    topic.name, p.partition_index, p.leader_id, p.leader_epoch,
+                    tuple(p.replica_nodes), tuple(p.isr_nodes), p.error_code)
+                for p in topic.partitions
+            }
+            topics[topic.name] = TopicInfo(topic.name, topic.topic_id, partitions,
+                                           topic.is_internal)
+        self.topics = topics
+        self.topics_by_id = {info.topic_id: info for info in topics.values()}
+        self._refreshed_at_ms = self.client.clock.monotonic_ms()
+        self._stale = False
+
+    def topic(self, name: str, timeout_ms: int | None = None) -> TopicInfo:
+        """Metadata of ``name``, refreshing when needed; ``UnknownTopicError`` if absent.
+
+        Waits (within ``timeout_ms``) for every partition to have a leader: a topic that was
+        just created, or whose leader just moved, briefly has none.
+        """
+        timeout = self.client.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        deadline_ms = self.client.clock.monotonic_ms() + timeout
+        while True:
+            info = self.topics.get(name)
+            if info is not None and self._is_fresh() and all(
+                    p.leader_id >= 0 for p in info.partitions.values()):
+                return info
+            self.refresh([name], timeout_ms=timeout)
+            info = self.topics.get(name)
+            if info is None:
+                raise UnknownTopicError(name)
+            if all(p.leader_id >= 0 for p in info.partitions.values()):
+                return info
+            if self.client.clock.monotonic_ms() >= deadline_ms:
+                missing = sorted(p.partition for p in info.partitions.values() if p.leader_id < 0)
+                raise KafkaTimeoutError(f"partitions {missing} of {name!r} have no leader after "
+                                        f"{timeout} ms")
+            self.client.clock.sleep_ms(self.retry_backoff_ms)
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return sorted(self.topic(topic).partitions)
+
+    def leader_for(self, topic: str, partition: int) -> int:
+        """The node id leading ``topic``-``partition`` (refreshing if we know none)."""
+        info = self.topic(topic)
+        partition_info = info.partitions.get(partition)
+        if partition_info is None:
+            self.invalidate()
+            info = self.topic(topic)
+            partition_info = info.partitions.get(partition)
+            if partition_info is None:
+                raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                  f"{topic} has no partition {partition} "
+                                  f"(it has {info.partition_count})")
+        return partition_info.leader_id
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return self.topic(topic).partitions[partition].leader_epoch
+
+    # --- coordinators ---------------------------------------------------------------------
+
+    def coordinator(self, key_type: CoordinatorType, key: str,
+                    timeout_ms: int | None = None) -> int:
+        """Node id of the coordinator of group/transactional id ``key`` (cached)."""
+        cached = self._coordinators.get((key_type, key))
+        if cached is not None and cached in self.brokers:
+            return cached
+        timeout = self.client.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        deadline_ms = self.client.clock.monotonic_ms() + timeout
+        while True:
+            error = self._find_coordinator(key_type, key, timeout)
+            if error is None:
+                return self._coordinators[(key_type, key)]
+            if not error.retriable or self.client.clock.monotonic_ms() >= deadline_ms:
+                raise error
+            self.client.clock.sleep_ms(self.retry_backoff_ms)
+
+    def _find_coordinator(self, key_type: CoordinatorType, key: str,
+                          timeout_ms: int) -> BrokerError | None:
+        connection = self.client.any_connection()
+        version = connection.version_for(ApiKey.FIND_COORDINATOR)
+        if version >= 4:
+            request = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
+        else:
+            request = FindCoordinatorRequest(key=key, key_type=key_type)
+        response: FindCoordinatorResponse = self.client.request(
+            connection.node_id, request, timeout_ms=timeout_ms, version=version)
+        if version >= 4:
+            entry = response.coordinators[0]
+            code, message, node = entry.error_code, entry.error_message, (
+                entry.node_id, entry.host, entry.port)
+        else:
+            code, message, node = response.error_code, response.error_message, (
+                response.node_id, response.host, response.port)
+        what = "transactional id" if key_type == CoordinatorType.TRANSACTION else "group"
+        if code:
+            return BrokerError(code, f"finding the coordinator of {what} {key!r}", message)
+        node_id, host, port = node
+        if node_id not in self.brokers:
+            known = self.client.known_nodes()
+            known[node_id] = (host, port)
+            self.client.set_nodes(known)
+        self._coordinators[(key_type, key)] = node_id
+        return None
+
+    def forget_coordinator(self, key_type: CoordinatorType, key: str) -> None:
+        """Drop a cached coordinator (after NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE)."""
+        self._coordinators.pop((key_type, key), None)
+

@@ -1,0 +1,1 @@
+"""Thin blocking I/O: transports, one broker connection, the connection pool, the clock."""

@@ -1,0 +1,285 @@
+"""The network client: connections to every broker, one selector loop, bootstrap rotation.
+
+Layer: net.
+
+``NetworkClient`` owns one ``BrokerConnection`` per broker node, opened on first use, and a
+selector over all of them. ``send(node_id, request)`` returns a future; ``poll(timeout_ms)``
+moves bytes in both directions and completes futures. Whoever calls ``poll`` drives the I/O:
+the producer's sender thread, or the fetcher and admin calls in the caller's thread. One
+thread at a time may use a client; only ``wakeup()`` may be called from any thread (it
+interrupts a ``poll`` blocked in ``select``).
+
+Bootstrap connections (before we know node ids) use negative ids, one per bootstrap address,
+tried in rotation: when one fails the next is tried, and the error lists every address that
+failed and why. A node that failed to connect is not retried before its backoff expires
+(``reconnect.backoff.ms``, doubling up to ``reconnect.backoff.max.ms``), so a dead broker is
+not hammered by every retry of every request.
+"""
+
+from __future__ import annotations
+
+import logging
+import selectors
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from kafka_ds.net.broker_conn import BrokerConnection
+from kafka_ds.net.clock import SYSTEM_CLOCK, Clock
+from kafka_ds.net.future import RequestFuture
+from kafka_ds.net.security import ConnectionConfig
+from kafka_ds.protocol.errors import (
+    AuthenticationError, ConfigError, KafkaDsError, KafkaTimeoutError, NetworkError,
+)
+from kafka_ds.protocol.schema import Request
+
+log = logging.getLogger(__name__)
+
+
+def parse_bootstrap(servers: str | list[str]) -> list[tuple[str, int]]:
+    """``"host1:9092,host2:9093"`` -> [(host1, 9092), (host2, 9093)]; IPv6 as ``[::1]:9092``."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    parsed: list[tuple[str, int]] = []
+    for item in (entry.strip() for entry in items):
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit() or not host:
+            raise ConfigError(f"bootstrap server {item!r} is not host:port "
+                              "(kafka.bootstrap.servers)")
+        parsed.append((host.strip("[]"), int(port)))
+    if not parsed:
+        raise ConfigError("kafka.bootstrap.servers is empty: give at least one host:port")
+    return parsed
+
+
+class _Backoff:
+    """Per-node reconnect backoff: exponential, reset by a successful connect."""
+
+    def __init__(self, base_ms: int, max_ms: int) -> None:
+        self.base_ms = base_ms
+        self.max_ms = max_ms
+        self._failures: dict[int, tuple[int, int]] = {}  # node -> (failures, retry_at_ms)
+
+    def retry_at_ms(self, node_id: int) -> int:
+        return self._failures.get(node_id, (0, 0))[1]
+
+    def failed(self, node_id: int, now_ms: int) -> None:
+        failures = self._failures.get(node_id, (0, 0))[0] + 1
+        delay_ms = min(self.max_ms, self.base_ms * 2 ** min(failures - 1, 20))
+        self._failures[node_id] = (failures, now_ms + delay_ms)
+
+    def succeeded(self, node_id: int) -> None:
+        self._failures.pop(node_id, None)
+
+
+class NetworkClient:
+    """Connections to a cluster's brokers, driven by ``poll``."""
+
+    def __init__(self, bootstrap_servers: str | list[str], config: ConnectionConfig,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        config.validate()
+        self.config = config
+        self.clock = clock
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self._bootstrap_ids = {-(index + 1): address for index, address in enumerate(self.bootstrap)}
+        self._nodes: dict[int, tuple[str, int]] = {}
+        self._connections: dict[int, BrokerConnection] = {}
+        self._backoff = _Backoff(config.reconnect_backoff_ms, config.reconnect_backoff_max_ms)
+        self._next_bootstrap = 0
+        self._selector = selectors.DefaultSelector()
+        self._registered: dict[int, tuple[socket.socket, int]] = {}  # node -> (sock, events)
+        self._wakeup_read, self._wakeup_write = socket.socketpair()
+        self._wakeup_read.setblocking(False)
+        self._wakeup_write.setblocking(False)
+        self._selector.register(self._wakeup_read, selectors.EVENT_READ, None)
+        self.closed = False
+
+    # --- nodes and connections ------------------------------------------------------------
+
+    def set_nodes(self, nodes: dict[int, tuple[str, int]]) -> None:
+        """Record broker addresses learned from metadata; moved brokers get new connections."""
+        for node_id, address in nodes.items():
+            connection = self._connections.get(node_id)
+            if connection is not None and (connection.host, connection.port) != address:
+                self._drop(node_id, NetworkError(f"broker {node_id} moved to "
+                                                 f"{address[0]}:{address[1]}"))
+        self._nodes = dict(nodes)
+
+    def known_nodes(self) -> dict[int, tuple[str, int]]:
+        return dict(self._nodes)
+
+    def is_connected(self, node_id: int) -> bool:
+        connection = self._connections.get(node_id)
+        return connection is not None and connection.connected
+
+    def connection(self, node_id: int) -> BrokerConnection:
+        """The open connection to ``node_id``, connecting (blocking) if needed."""
+        existing = self._connections.get(node_id)
+        if existing is not None and existing.connected:
+            return existing
+        address = self._nodes.get(node_id) or self._bootstrap_ids.get(node_id)
+        if address is None:
+            raise NetworkError(f"no address known for broker {node_id}; refresh metadata")
+        wait_ms = self._backoff.retry_at_ms(node_id) - self.clock.monotonic_ms()
+        if wait_ms > 0:
+            self.clock.sleep_ms(wait_ms)
+        connection = BrokerConnection(node_id, address[0], address[1], self.config, self.clock)
+        try:
+            connection.connect()
+        except AuthenticationError:
+            raise  # configuration, not availability: never backed off and retried
+        except KafkaDsError:
+            self._backoff.failed(node_id, self.clock.monotonic_ms())
+            raise
+        self._backoff.succeeded(node_id)
+        self._connections[node_id] = connection
+        assert connection.sock is not None
+        self._selector.register(connection.sock, selectors.EVENT_READ, node_id)
+        self._registered[node_id] = (connection.sock, selectors.EVENT_READ)
+        return connection
+
+    def any_connection(self) -> BrokerConnection:
+        """Some live connection: an open one, else known nodes, else bootstrap in rotation."""
+        for connection in self._connections.values():
+            if connection.connected:
+                return connection
+        candidates = list(self._nodes) + self._rotated_bootstrap_ids()
+        errors: list[str] = []
+        for node_id in candidates:
+            try:
+                return self.connection(node_id)
+            except AuthenticationError:
+                raise
+            except KafkaDsError as exc:
+                errors.append(str(exc))
+        raise NetworkError("could not connect to any broker: " + "; ".join(errors))
+
+    def _rotated_bootstrap_ids(self) -> list[int]:
+        ids = list(self._bootstrap_ids)
+        start = self._next_bootstrap % len(ids)
+        self._next_bootstrap += 1
+        return ids[start:] + ids[:start]
+
+    def _drop(self, node_id: int, error: KafkaDsError) -> None:
+        connection = self._connections.pop(node_id, None)
+        registered = self._registered.pop(node_id, None)
+        if registered is not None:
+            try:
+                self._selector.unregister(registered[0])
+            except (KeyError, ValueError):  # pragma: no cover - already gone
+                pass
+        if connection is not None:
+            connection.close(error)
+
+    def disconnect(self, node_id: int, error: KafkaDsError | None = None) -> None:
+        """Close the connection to ``node_id`` (pending requests fail with ``error``)."""
+        self._drop(node_id, error or NetworkError(f"connection to broker {node_id} closed"))
+
+    # --- requests -------------------------------------------------------------------------
+
+    def send(self, node_id: int, request: Request, version: int | None = None, *,
+             expect_response: bool = True, timeout_ms: int | None = None) -> RequestFuture[Any]:
+        """Send ``request`` to ``node_id`` (connecting first if needed)."""
+        try:
+            connection = self.connection(node_id)
+        except KafkaDsError as exc:
+            future: RequestFuture[Any] = RequestFuture()
+            future.fail(exc)
+            return future
+        future = connection.send(request, version, expect_response=expect_response,
+                                 timeout_ms=timeout_ms)
+        self._update_interest(node_id, connection)
+        return future
+
+    def request(self, node_id: int, request: Request, timeout_ms: int | None = None,
+                version: int | None = None) -> Any:
+        """Send and wait: the decoded response, or the error."""
+        future = self.send(node_id, request, version, timeout_ms=timeout_ms)
+        self.wait_for(future, timeout_ms)
+        return future.result()
+
+    def wait_for(self, future: RequestFuture[Any], timeout_ms: int | None = None) -> None:
+        """Poll until ``future`` completes; raise ``KafkaTimeoutError`` after ``timeout_ms``."""
+        self.poll_until(future.done, timeout_ms)
+        if not future.done():
+            raise KafkaTimeoutError(f"no response within {timeout_ms} ms")
+
+    def poll_until(self, condition: Callable[[], bool], timeout_ms: int | None = None) -> bool:
+        """Poll until ``condition()`` is true or ``timeout_ms`` passes; returns ``condition()``."""
+        timeout = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        deadline_ms = self.clock.monotonic_ms() + timeout
+        while not condition():
+            remaining_ms = deadline_ms - self.clock.monotonic_ms()
+            if remaining_ms <= 0:
+                break
+            self.poll(remaining_ms)
+        return condition()
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def _update_interest(self, node_id: int, connection: BrokerConnection) -> None:
+        registered = self._registered.get(node_id)
+        if registered is None or connection.sock is None:
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.wants_write() else 0)
+        if events != registered[1]:
+            self._selector.modify(registered[0], events, node_id)
+            self._registered[node_id] = (registered[0], events)
+
+    def poll(self, timeout_ms: int) -> None:
+        """Wait up to ``timeout_ms`` for I/O, move bytes, complete futures, expire requests."""
+        now_ms = self.clock.monotonic_ms()
+        for connection in self._connections.values():
+            deadline = connection.next_deadline_ms()
+            if deadline is not None:
+                timeout_ms = min(timeout_ms, max(0, deadline - now_ms))
+        for key, mask in self._selector.select(max(0, timeout_ms) / 1000):
+            node_id = key.data
+            if node_id is None:
+                self._drain_wakeups()
+                continue
+            connection = self._connections.get(node_id)
+            if connection is None:
+                continue
+            if mask & selectors.EVENT_WRITE:
+                connection.on_writable()
+            if mask & selectors.EVENT_READ:
+                connection.on_readable()
+        now_ms = self.clock.monotonic_ms()
+        for node_id, connection in list(self._connections.items()):
+            connection.check_timeouts(now_ms)
+            if connection.connected:
+                self._update_interest(node_id, connection)
+            else:
+                self._drop(node_id, connection.closed_error or NetworkError("closed"))
+
+    def wakeup(self) -> None:
+        """Interrupt a ``poll`` blocked in another thread. Thread-safe."""
+        try:
+            self._wakeup_write.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # the pipe is full, so a wakeup is already pending; or we are closed
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while self._wakeup_read.recv(1024):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for node_id in list(self._connections):
+            self._drop(node_id, NetworkError("client closed"))
+        self._selector.close()
+        self._wakeup_read.close()
+        self._wakeup_write.close()
+
+    def __enter__(self) -> NetworkClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
