@@ -145,15 +145,17 @@ class NetworkClient:
             if connection.connected:
                 return connection
         candidates = list(self._nodes) + self._rotated_bootstrap_ids()
-        errors: list[str] = []
+        errors: list[KafkaDsError] = []
         for node_id in candidates:
             try:
                 return self.connection(node_id)
             except AuthenticationError:
                 raise
             except KafkaDsError as exc:
-                errors.append(str(exc))
-        raise NetworkError("could not connect to any broker: " + "; ".join(errors))
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        raise NetworkError("could not connect to any broker: " + "; ".join(map(str, errors)))
 
     def _rotated_bootstrap_ids(self) -> list[int]:
         ids = list(self._bootstrap_ids)

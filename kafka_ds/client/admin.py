@@ -1,0 +1,215 @@
+"""Administrative calls: create/delete topics, add partitions, delete records, read configs.
+
+Layer: client.
+
+Used by tests, examples and the sink's checks, not on any hot path. Topic-level calls go to
+any broker: in KRaft mode brokers forward them to the active controller. DeleteRecords goes
+to each partition's leader. Every call raises ``BrokerError`` naming the topic on failure;
+``create_topic`` then waits until metadata shows a leader for every partition, so that a
+caller can produce at once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka_ds.client.cluster import Cluster, TopicInfo
+from kafka_ds.client.config import ClientConfig
+from kafka_ds.net.future import RequestFuture
+from kafka_ds.protocol.api_keys import ApiKey
+from kafka_ds.protocol.errors import BrokerError, ErrorCode, KafkaTimeoutError
+from kafka_ds.protocol.messages.create_partitions import (
+    CreatePartitionsRequest, CreatePartitionsResponse, CreatePartitionsTopic,
+)
+from kafka_ds.protocol.messages.create_topics import (
+    CreatableTopic, CreatableTopicConfig, CreateTopicsRequest, CreateTopicsResponse,
+)
+from kafka_ds.protocol.messages.delete_records import (
+    DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsResponse, DeleteRecordsTopic,
+)
+from kafka_ds.protocol.messages.delete_topics import (
+    DeleteTopicsRequest, DeleteTopicsResponse, DeleteTopicState,
+)
+from kafka_ds.protocol.messages.describe_configs import (
+    DescribeConfigsRequest, DescribeConfigsResource, DescribeConfigsResponse,
+)
+from kafka_ds.protocol.types import TopicPartition
+
+_TOPIC_RESOURCE = 2  # DescribeConfigs resource type of a topic
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    """A topic to create. -1 partitions / replication factor means the broker's default."""
+
+    name: str
+    partitions: int = -1
+    replication_factor: int = -1
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+class Admin:
+    """Admin operations over a ``Cluster`` (which it does not own unless built here)."""
+
+    def __init__(self, cluster: Cluster, *, owns_cluster: bool = False) -> None:
+        self.cluster = cluster
+        self._owns_cluster = owns_cluster
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str]) -> Admin:
+        return cls(Cluster.connect(ClientConfig.from_properties(properties)), owns_cluster=True)
+
+    def close(self) -> None:
+        if self._owns_cluster:
+            self.cluster.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _any_node(self, api_key: int) -> tuple[int, int]:
+        connection = self.cluster.client.any_connection()
+        return connection.node_id, connection.version_for(api_key)
+
+    # --- topics ---------------------------------------------------------------------------
+
+    def create_topics(self, topics: Iterable[NewTopic], *, timeout_ms: int = 60_000,
+                      exist_ok: bool = False, validate_only: bool = False) -> None:
+        """Create ``topics``; with ``exist_ok`` an existing topic is not an error."""
+        wanted = list(topics)
+        node_id, version = self._any_node(ApiKey.CREATE_TOPICS)
+        request = CreateTopicsRequest(
+            topics=[CreatableTopic(
+                name=topic.name, num_partitions=topic.partitions,
+                replication_factor=topic.replication_factor,
+                configs=[CreatableTopicConfig(name=key, value=str(value))
+                         for key, value in topic.config.items()])
+                for topic in wanted],
+            timeout_ms=timeout_ms, validate_only=validate_only)
+        response: CreateTopicsResponse = self.cluster.client.request(
+            node_id, request, timeout_ms=timeout_ms + 5_000, version=version)
+        for result in response.topics:
+            if result.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and exist_ok:
+                continue
+            if result.error_code:
+                raise BrokerError(result.error_code, f"creating topic {result.name!r}",
+                                  result.error_message)
+        if not validate_only:
+            self.cluster.invalidate()
+            for topic in wanted:
+                self._wait_for_topic(topic.name, timeout_ms)
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = -1,
+                     config: Mapping[str, str] | None = None, *, timeout_ms: int = 60_000,
+                     exist_ok: bool = False) -> TopicInfo:
+        """Create one topic and return its metadata once every partition has a leader."""
+        self.create_topics([NewTopic(name, partitions, replication_factor, dict(config or {}))],
+                           timeout_ms=timeout_ms, exist_ok=exist_ok)
+        return self.cluster.topic(name)
+
+    def _wait_for_topic(self, name: str, timeout_ms: int) -> None:
+        clock = self.cluster.client.clock
+        deadline_ms = clock.monotonic_ms() + timeout_ms
+        while True:
+            try:
+                self.cluster.topic(name, timeout_ms=max(1, deadline_ms - clock.monotonic_ms()))
+                return
+            except BrokerError as exc:
+                # Metadata may lag the controller by a moment on another broker.
+                if exc.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise
+            if clock.monotonic_ms() >= deadline_ms:
+                raise KafkaTimeoutError(f"topic {name!r} was created but did not appear in "
+                                        f"metadata within {timeout_ms} ms")
+            clock.sleep_ms(self.cluster.retry_backoff_ms)
+
+    def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 60_000,
+                      missing_ok: bool = False) -> None:
+        wanted = list(names)
+        node_id, version = self._any_node(ApiKey.DELETE_TOPICS)
+        if version >= 6:
+            request = DeleteTopicsRequest(topics=[DeleteTopicState(name=name) for name in wanted],
+                                          timeout_ms=timeout_ms)
+        else:
+            request = DeleteTopicsRequest(topic_names=wanted, timeout_ms=timeout_ms)
+        response: DeleteTopicsResponse = self.cluster.client.request(
+            node_id, request, timeout_ms=timeout_ms + 5_000, version=version)
+        for result in response.responses:
+            if result.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and missing_ok:
+                continue
+            if result.error_code:
+                raise BrokerError(result.error_code, f"deleting topic {result.name!r}",
+                                  result.error_message)
+        for name in wanted:
+            self.cluster.topics.pop(name, None)
+        self.cluster.invalidate()
+
+    def create_partitions(self, topic: str, total_count: int, *,
+                          timeout_ms: int = 60_000) -> None:
+        """Grow ``topic`` to ``total_count`` partitions."""
+        node_id, version = self._any_node(ApiKey.CREATE_PARTITIONS)
+        request = CreatePartitionsRequest(
+            topics=[CreatePartitionsTopic(name=topic, count=total_count, assignments=None)],
+            timeout_ms=timeout_ms, validate_only=False)
+        response: CreatePartitionsResponse = self.cluster.client.request(
+            node_id, request, timeout_ms=timeout_ms + 5_000, version=version)
+        for result in response.results:
+            if result.error_code:
+                raise BrokerError(result.error_code,
+                                  f"growing {result.name!r} to {total_count} partitions",
+                                  result.error_message)
+        self.cluster.invalidate()
+
+    # --- records and configs --------------------------------------------------------------
+
+    def delete_records(self, before_offsets: Mapping[TopicPartition, int], *,
+                       timeout_ms: int = 60_000) -> dict[TopicPartition, int]:
+        """Delete records below each offset (-1: up to the high watermark).
+
+        Returns each partition's new low watermark (log start offset).
+        """
+        by_leader: dict[int, dict[str, list[DeleteRecordsPartition]]] = defaultdict(
+            lambda: defaultdict(list))
+        for tp, offset in before_offsets.items():
+            leader = self.cluster.leader_for(tp.topic, tp.partition)
+            by_leader[leader][tp.topic].append(
+                DeleteRecordsPartition(partition_index=tp.partition, offset=offset))
+        client = self.cluster.client
+        futures: list[RequestFuture[Any]] = []
+        for leader, topics in by_leader.items():
+            request = DeleteRecordsRequest(
+                topics=[DeleteRecordsTopic(name=name, partitions=parts)
+                        for name, parts in topics.items()],
+                timeout_ms=timeout_ms)
+            futures.append(client.send(leader, request, timeout_ms=timeout_ms + 5_000))
+        client.poll_until(lambda: all(future.done() for future in futures), timeout_ms + 5_000)
+        low_watermarks: dict[TopicPartition, int] = {}
+        for future in futures:
+            if not future.done():
+                raise KafkaTimeoutError(f"DeleteRecords did not complete in {timeout_ms} ms")
+            response: DeleteRecordsResponse = future.result()
+            for topic in response.topics:
+                for part in topic.partitions:
+                    tp = TopicPartition(topic.name, part.partition_index)
+                    if part.error_code:
+                        raise BrokerError(part.error_code, f"deleting records of {tp}")
+                    low_watermarks[tp] = part.low_watermark
+        return low_watermarks
+
+    def describe_topic_config(self, topic: str, *, timeout_ms: int = 30_000) -> dict[str, str | None]:
+        """The effective configuration of ``topic`` (name -> value; secrets come back None)."""
+        node_id, version = self._any_node(ApiKey.DESCRIBE_CONFIGS)
+        request = DescribeConfigsRequest(resources=[DescribeConfigsResource(
+            resource_type=_TOPIC_RESOURCE, resource_name=topic, configuration_keys=None)])
+        response: DescribeConfigsResponse = self.cluster.client.request(
+            node_id, request, timeout_ms=timeout_ms, version=version)
+        result = response.results[0]
+        if result.error_code:
+            raise BrokerError(result.error_code, f"describing the configuration of {topic!r}",
+                              result.error_message)
+        return {entry.name: entry.value for entry in result.configs}
