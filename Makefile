@@ -1,0 +1,52 @@
+# kafka_ds developer commands. README.md documents `make example` and `make test`.
+# Everything installs into .venv; Kafka's jars come from Maven Central into ~/.cache/kafka_ds.
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv jars test test-fast test-compat example bench fuzz lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test,dev]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Kafka 4.x (default) and 3.9 jars, and Spark's JVM Kafka connector for the installed pyspark.
+jars: $(STAMP)
+	$(PY) -m integration.harness fetch-jars
+
+# The whole suite: unit tests, then real-broker tests (single broker and a 3-broker cluster).
+test: jars
+	$(PY) -m pytest
+
+# Unit tests only (no broker, no Spark).
+test-fast: $(STAMP)
+	$(PY) -m pytest tests
+
+# The protocol, producer and fetcher suites against the Kafka 3.9 broker.
+test-compat: jars
+	KAFKA_VERSION=3.9.2 $(PY) -m pytest integration -m "not cluster and not spark"
+
+# Starts a local Kafka, writes sample data and reads it back (see examples/quickstart.py).
+example: jars
+	$(PY) examples/quickstart.py
+
+bench: jars
+	$(PY) integration/benchmarks/run_all.py
+
+# The long fuzz run (a million cases per fuzz test).
+fuzz: $(STAMP)
+	KAFKA_DS_FUZZ_CASES=1000000 $(PY) -m pytest tests -k fuzz -p no:timeout
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check kafka_ds tests integration examples
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+pytest_plugins = ["integration.harness.pytest_plugin"]

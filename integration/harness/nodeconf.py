@@ -1,0 +1,115 @@
+"""What the files of a harness node say: server.properties, log4j2 configs, cluster id, ports.
+
+Pure functions with no process handling, so the broker settings chosen for tests sit in
+one place and can be read (and reviewed) on their own; ``cluster.py`` writes them to disk.
+"""
+
+from __future__ import annotations
+
+import base64
+import socket
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from . import listeners
+from .tls import TlsMaterial
+
+# Broker JVMs log INFO to stdout, which the harness redirects into node-N/server.log.
+BROKER_LOG4J2 = """\
+status = warn
+# Kafka logs its own shutdown; log4j2's shutdown hook would close the appender first.
+shutdownHook = disable
+appender.out.type = Console
+appender.out.name = STDOUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c{1})%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = STDOUT
+# One line per request at INFO/DEBUG would drown the useful lines.
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.cleaner.name = kafka.log.LogCleaner
+logger.cleaner.level = WARN
+"""
+# CLI tools (StorageTool, FeatureCommand, perf tools): warnings only, on stderr, so their
+# stdout stays parseable.
+TOOL_LOG4J2 = """\
+status = warn
+appender.err.type = Console
+appender.err.name = STDERR
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = %p %m (%c{1})%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = STDERR
+"""
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1."""
+    # Hold every socket until all are chosen so the kernel cannot hand out one port twice.
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def new_cluster_id() -> str:
+    """A random cluster id in Kafka's Uuid text form (22 chars, URL-safe base64)."""
+    # Kafka itself never hands out ids starting with "-" (they look like CLI flags).
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
+
+
+def server_properties(node_id: int, ports: Mapping[int, Mapping[str, int]], log_dir: Path,
+                      tls: TlsMaterial, extra: Mapping[str, str]) -> str:
+    """server.properties text for ``node_id``; ``ports`` maps every node to its listeners."""
+    n = len(ports)
+    voters = ",".join(f"{i}@127.0.0.1:{p['CONTROLLER']}" for i, p in sorted(ports.items()))
+    props: dict[str, str] = {
+        "process.roles": "broker,controller",
+        "node.id": str(node_id),
+        # Static quorum: understood by 3.9 and 4.x, no --standalone/--initial-controllers.
+        "controller.quorum.voters": voters,
+        "log.dirs": str(log_dir),
+        **listeners.broker_listener_properties(dict(ports[node_id]), tls),
+        "offsets.topic.replication.factor": str(min(3, n)),
+        "transaction.state.log.replication.factor": str(min(3, n)),
+        "transaction.state.log.min.isr": str(min(2, n)),
+        "share.coordinator.state.topic.replication.factor": str(min(3, n)),
+        "share.coordinator.state.topic.min.isr": str(min(2, n)),
+        # Fewer internal partitions than the default 50: the first group/transaction
+        # creates them, which is most of a fresh cluster's first-use latency.
+        "offsets.topic.num.partitions": "5",
+        "transaction.state.log.num.partitions": "5",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "false",
+        # Abort timed-out transactions within ~1 s instead of the default minute.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+        "num.partitions": "1",
+        # Small thread pools: the machine has 2 cores shared with Spark and 3 nodes.
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+        "background.threads": "4",
+        "num.recovery.threads.per.data.dir": "1",
+        "log.cleaner.threads": "1",
+        **extra,
+    }
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def storage_format_args(cluster_id: str, features: Mapping[str, int]) -> Sequence[str]:
+    """``kafka.tools.StorageTool`` arguments (before ``-c <properties>``)."""
+    args = ["format", "-t", cluster_id, *listeners.scram_format_args()]
+    for name, level in features.items():
+        args += ["--feature", f"{name}={level}"]
+    return args
