@@ -107,6 +107,9 @@ def read_unsigned_varint(buf: Buffer, pos: int) -> tuple[int, int]:
             pos += 1
             value |= (byte & 0x7F) << shift
             if byte < 0x80:
+                # A fifth byte carries 7 bits, but only 4 fit: refuse what no writer makes.
+                if value > 0xFFFFFFFF:
+                    raise DecodeError("unsigned varint", pos, f"{value} exceeds 32 bits")
                 return value, pos
             shift += 7
             if shift > 28:

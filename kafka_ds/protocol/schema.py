@@ -227,9 +227,21 @@ def _not_null(reader: Reader, what: str) -> Reader:
     return read
 
 
+def _refuse_null(writer: Writer, what: str) -> Writer:
+    # Without this a None would go out as a wire null that the peer must reject.
+    def write(out: bytearray, value: Any) -> None:
+        if value is None:
+            raise EncodeError(f"{what} cannot be null in this version")
+        writer(out, value)
+
+    return write
+
+
 def _scalar_codec(scalar: Scalar, flexible: bool, nullable: bool) -> tuple[Reader, Writer]:
     if scalar.name in _FIXED_READERS:
         return _FIXED_READERS[scalar.name], _FIXED_WRITERS[scalar.name]
+    reader: Reader
+    writer: Writer
     if scalar.name == "string":
         reader, writer = ((p.read_compact_string, p.write_compact_string) if flexible
                           else (p.read_string, p.write_string))
@@ -238,6 +250,7 @@ def _scalar_codec(scalar: Scalar, flexible: bool, nullable: bool) -> tuple[Reade
                           else (p.read_bytes, p.write_bytes))
     if not nullable:
         reader = _not_null(reader, scalar.name)
+        writer = _refuse_null(writer, scalar.name)
     return reader, writer
 
 
@@ -257,7 +270,7 @@ def _array_codec(element: Reader, element_writer: Writer, flexible: bool,
         # and must fail here rather than by looping or allocating.
         if count > len(buf) - pos:
             raise DecodeError("array", pos, f"length {count} exceeds the remaining bytes")
-        items = []
+        items: list[Any] = []
         append = items.append
         for index in range(count):
             try:
@@ -270,6 +283,8 @@ def _array_codec(element: Reader, element_writer: Writer, flexible: bool,
 
     def write(out: bytearray, value: list[Any] | None) -> None:
         if value is None:
+            if not nullable:
+                raise EncodeError("array cannot be null in this version")
             if flexible:
                 out.append(0)
             else:
@@ -374,11 +389,22 @@ class _StructCodec:
             for tag, (name, _, writer, plan) in self.tagged.items():
                 field_value = getattr(value, name)
                 default = plan.default() if plan.has_factory else plan.default
-                if field_value != default:  # tagged fields are only sent when not default
+                # Tagged fields are only sent when not default; == ignores unknown tags, which
+                # must survive a round trip even inside a struct that otherwise is default.
+                if field_value != default or _carries_unknown_tags(field_value):
                     raw = bytearray()
                     writer(raw, field_value)
                     tags[tag] = raw
             p.write_tagged_fields(out, tags)
+
+
+def _carries_unknown_tags(value: Any) -> bool:
+    if isinstance(value, Struct):
+        return bool(value.unknown_tags) or any(
+            _carries_unknown_tags(getattr(value, plan.name)) for plan in _field_plans(type(value)))
+    if isinstance(value, list):
+        return any(_carries_unknown_tags(item) for item in value)
+    return False
 
 
 _CODECS: dict[tuple[type, int, bool], _StructCodec] = {}

@@ -11,12 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kafka_ds.protocol.api_keys import ApiKey
+from kafka_ds.protocol.messages.metadata import AUTHORIZED_OPERATIONS_OMITTED
 from kafka_ds.protocol.schema import (
     BOOL, INT8, INT16, INT32, STRING, Array, Request, Response, Struct, f,
 )
-
-# Sentinel the broker sends when authorized operations were not requested.
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 @dataclass(kw_only=True, slots=True)

@@ -1,10 +1,10 @@
 """Produce (key 0): append record batches to partition leaders.
 
-Each partition carries one ``records`` blob holding whole RecordBatch v2 batches (see
-``records``); this module only moves the bytes. With ``acks=0`` the broker sends no response
-at all, so the connection must not wait for one. ``transactional_id`` is set only inside a
-transaction. From v12, when the cluster's ``transaction.version`` is 2 (KIP-890), a
-transactional Produce also adds its partitions to the transaction, replacing
+Each partition carries one ``records`` blob holding whole RecordBatch v2 batches (built by
+``kafka_ds.protocol.records``); this module only moves the bytes. With ``acks=0`` the broker
+sends no response at all, so the connection must not wait for one. ``transactional_id`` is
+set only inside a transaction. From v12, when the cluster's ``transaction.version`` is 2
+(KIP-890), a transactional Produce also adds its partitions to the transaction, replacing
 AddPartitionsToTxn; below v12 the client must call AddPartitionsToTxn first. v13 names topics
 by id instead of by name. Since v10 an error caused by a stale leader comes with the new
 leader (``current_leader``) and its address (``node_endpoints``), so the client can retry
