@@ -9,6 +9,7 @@ order with the same type, versions, nullable versions and tags.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import pkgutil
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 import kafka_ds.protocol.messages as messages_package
+from kafka_ds.protocol.primitives import ZERO_UUID
 from kafka_ds.protocol.schema import (
     NO_VERSIONS, ApiMessage, Array, Scalar, Struct, VersionRange, field_specs, versions,
 )
@@ -53,6 +55,26 @@ def _version_set(spec: VersionRange, within: range) -> set[int]:
     return {version for version in within if version in spec}
 
 
+def _json_default(field: dict[str, Any], their_type: str) -> Any:
+    """The spec's default for a scalar field, as the Python value we should declare."""
+    raw = field.get("default")
+    if raw == "null":
+        return None
+    if their_type == "bool":
+        return raw == "true" if raw is not None else False
+    if their_type in ("int8", "int16", "uint16", "int32", "int64"):
+        return int(str(raw), 0) if raw is not None else 0
+    if their_type == "float64":
+        return float(raw) if raw is not None else 0.0
+    if their_type == "string":
+        return raw if raw is not None else ""
+    if their_type == "uuid":
+        return ZERO_UUID
+    if their_type in ("bytes", "records"):
+        return b"" if their_type == "bytes" else None
+    raise AssertionError(f"unexpected type {their_type}")
+
+
 def _json_type_name(our_type: Any, common: dict[str, Any]) -> str:
     if isinstance(our_type, Scalar):
         return our_type.name
@@ -74,6 +96,7 @@ def _compare_struct(ours: type[Struct], their_fields: list[dict[str, Any]], comm
     if our_names != their_names:
         problems.append(f"{path}: fields {our_names} != spec {their_names}")
         return
+    defaults = {field.name: field.default for field in dataclasses.fields(ours)}
     for (name, spec), field in zip(our_fields, their_used, strict=True):
         where = f"{path}.{name}"
         their_type = field["type"]
@@ -93,6 +116,13 @@ def _compare_struct(ours: type[Struct], their_fields: list[dict[str, Any]], comm
         for label, (mine, theirs) in checks.items():
             if _version_set(mine, within) != _version_set(theirs, within):
                 problems.append(f"{where}: {label} {mine} != spec {theirs}")
+        if not is_struct and not their_type.startswith("[]"):
+            expected_default = _json_default(field, their_type)
+            if defaults[name] != expected_default:
+                problems.append(f"{where}: default {defaults[name]!r} != spec {expected_default!r}")
+        if spec.ignorable != bool(field.get("ignorable", False)):
+            problems.append(f"{where}: ignorable {spec.ignorable} != spec "
+                            f"{field.get('ignorable', False)}")
         if spec.tag != field.get("tag"):
             problems.append(f"{where}: tag {spec.tag} != spec {field.get('tag')}")
         if is_struct:
