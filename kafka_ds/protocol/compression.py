@@ -1,0 +1,443 @@
+"""Kafka's record compression codecs, with a hard cap on decompressed size.
+
+Layer: protocol (sans-IO). Imports the standard library (``zlib``, ``struct``) and the codec
+packages ``cramjam`` (snappy), ``lz4`` and ``zstandard``. The codec packages are hard
+dependencies of kafka_ds but are imported inside the functions, so that importing the protocol
+package stays cheap for code that never touches compressed data.
+
+A batch names its codec in attributes bits 0-2 (``Compression``). What each codec means on the
+wire, as the Java client writes and reads it:
+
+- GZIP: an RFC 1952 gzip stream (``java.util.zip.GZIPOutputStream``); several members in a row
+  are accepted on read.
+- SNAPPY: the xerial ``SnappyOutputStream`` framing: a 16-byte header (byte 0x82, ``SNAPPY``,
+  a NUL, then two big-endian int32s: format version and minimum compatible version, both 1),
+  followed by blocks, each a big-endian int32 length and that many bytes of raw snappy. Some
+  producers (librdkafka in some versions, and kafka-python without xerial mode) write one plain
+  raw-snappy block instead, so reading accepts both. Some writers put little-endian version
+  ints in the header, so only the first 8 bytes are checked.
+- LZ4: the LZ4 frame format with independent blocks (KIP-57 fixed the frame header checksum for
+  message format v1 and later; ``legacy_lz4_header=True`` accepts the broken checksum that magic 0
+  message sets carry, see ``_decompress_lz4_legacy``).
+- ZSTD: zstd frames (KIP-110); a frame need not record its content size, and several frames in a
+  row are accepted.
+
+Decompression bombs: a small compressed batch can expand by orders of magnitude (zstd RLE blocks
+reach about 32000:1). ``decompress`` takes ``max_bytes`` and works incrementally, checking the
+running total before each step grows it, so exceeding the cap raises ``DecodeError`` naming the cap
+long before memory is exhausted. Every failure of a codec library becomes ``DecodeError``.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from enum import IntEnum
+from typing import Any
+
+from kafka_ds.protocol.errors import DecodeError, EncodeError
+
+Buffer = bytes | bytearray | memoryview
+
+
+class Compression(IntEnum):
+    """The codec ids of record batch attributes bits 0-2 (and of legacy message attributes)."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+# The xerial header: marker byte, "SNAPPY", NUL, version 1, compatible version 1.
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_HEADER_SIZE = len(_XERIAL_HEADER)  # 16
+# The xerial library's default block size; Java's SnappyOutputStream uses the same.
+_XERIAL_BLOCK_BYTES = 32 * 1024
+_INT32 = struct.Struct(">i")
+
+# gzip only, not zlib or raw deflate: what GZIPOutputStream writes.
+_GZIP_WBITS = 16 + zlib.MAX_WBITS
+_GZIP_MAGIC = b"\x1f\x8b"
+# zlib's default level; the Java producer's compression.gzip.level default maps to it too.
+_GZIP_DEFAULT_LEVEL = 6
+# zstd contexts are costly to create (tens of microseconds, as much as coding a small batch)
+# and must not be used by two threads at once: lists used as pools give each call its own
+# (list.pop and list.append are atomic in CPython, so no lock is needed).
+_ZSTD_DECOMPRESSORS: list[Any] = []
+_ZSTD_COMPRESSORS: dict[int, list[Any]] = {}
+_ZSTD_POOL_SIZE = 4
+# The worst expansion zstd allows: an RLE block of 128 KiB costs 4 bytes. Feeding the decoder at
+# most remaining_cap / ratio input bytes per call bounds what one call can produce.
+_ZSTD_MAX_RATIO = 1 << 15
+_ZSTD_MIN_FEED_BYTES = 1024
+
+
+def compress(codec: Compression | int, data: Buffer, level: int | None = None) -> bytes:
+    """Compress ``data`` as ``codec`` writes it in a Kafka record batch.
+
+    Parameters
+    ----------
+    codec
+        A ``Compression`` member (or its int value). ``NONE`` returns the bytes unchanged.
+    data
+        The uncompressed bytes (for a v2 batch, the records section).
+    level
+        Codec-specific level; None picks the codec's usual default (gzip 6, lz4 fast mode,
+        zstd 3). Snappy has no levels and ignores it.
+
+    Raises
+    ------
+    EncodeError
+        For an unknown codec id or a level the codec rejects.
+    """
+    codec = _codec(codec, EncodeError)
+    try:
+        if codec is Compression.NONE:
+            return bytes(data)
+        if codec is Compression.GZIP:
+            gz = zlib.compressobj(
+                _GZIP_DEFAULT_LEVEL if level is None else level, zlib.DEFLATED, _GZIP_WBITS
+            )
+            return gz.compress(data) + gz.flush()
+        if codec is Compression.SNAPPY:
+            return _compress_snappy_xerial(data)
+        if codec is Compression.LZ4:
+            import lz4.frame
+
+            # Independent blocks and no content size: what Java's KafkaLZ4BlockOutputStream
+            # writes, and what every Kafka reader accepts.
+            return lz4.frame.compress(
+                data,
+                compression_level=0 if level is None else level,
+                block_linked=False,
+                store_size=False,
+            )
+        return _compress_zstd(data, 3 if level is None else level)
+    except EncodeError:
+        raise
+    except Exception as exc:  # the codec libraries raise their own types
+        raise EncodeError(f"{codec.name} compression failed: {exc}") from exc
+
+
+def _compress_zstd(data: Buffer, level: int) -> bytes:
+    import zstandard
+
+    pool = _ZSTD_COMPRESSORS.setdefault(level, [])
+    try:
+        cctx = pool.pop()
+    except IndexError:
+        cctx = zstandard.ZstdCompressor(level=level)
+    out: bytes = cctx.compress(data)
+    if len(pool) < _ZSTD_POOL_SIZE:
+        pool.append(cctx)
+    return out
+
+
+def decompress(
+    codec: Compression | int,
+    data: Buffer,
+    max_bytes: int,
+    *,
+    legacy_lz4_header: bool = False,
+) -> bytes:
+    """Decompress ``data`` written with ``codec``, refusing to produce more than ``max_bytes``.
+
+    Parameters
+    ----------
+    codec
+        The codec named by the batch attributes.
+    data
+        The compressed bytes.
+    max_bytes
+        The decompressed-size cap. Exceeding it raises before the excess is allocated.
+    legacy_lz4_header
+        Accept LZ4 frames whose header checksum was computed the broken pre-KIP-57 way (message
+        format v0 only).
+
+    Raises
+    ------
+    DecodeError
+        Corrupt or truncated input, an unknown codec id, or output beyond ``max_bytes``.
+    """
+    codec = _codec(codec, DecodeError)
+    try:
+        if codec is Compression.NONE:
+            if len(data) > max_bytes:
+                _over_cap(codec, max_bytes)
+            return bytes(data)
+        if codec is Compression.GZIP:
+            return _decompress_gzip(data, max_bytes)
+        if codec is Compression.SNAPPY:
+            return _decompress_snappy(data, max_bytes)
+        if codec is Compression.LZ4:
+            if legacy_lz4_header:
+                return _decompress_lz4_legacy(data, max_bytes)
+            return _decompress_lz4(data, max_bytes)
+        return _decompress_zstd(data, max_bytes)
+    except DecodeError:
+        raise
+    except Exception as exc:  # zlib.error, cramjam.DecompressionError, RuntimeError (lz4), ...
+        raise DecodeError(f"{codec.name} compressed data", None, str(exc) or type(exc).__name__) \
+            from None
+
+
+def _codec(codec: Compression | int, error: type[Exception]) -> Compression:
+    try:
+        return Compression(codec)
+    except ValueError:
+        if error is DecodeError:
+            raise DecodeError("compression codec", None, f"unknown codec id {codec}") from None
+        raise EncodeError(f"unknown compression codec id {codec}") from None
+
+
+def _over_cap(codec: Compression, max_bytes: int) -> None:
+    raise DecodeError(
+        f"{codec.name} compressed data",
+        None,
+        f"decompressed size exceeds the cap of {max_bytes} bytes (max_decompressed_bytes)",
+    )
+
+
+# --- gzip ----------------------------------------------------------------------------------
+
+def _decompress_gzip(data: Buffer, max_bytes: int) -> bytes:
+    pieces: list[bytes] = []
+    total = 0
+    rest: Buffer = data
+    while True:
+        inflater = zlib.decompressobj(_GZIP_WBITS)
+        # max_length bounds the output of this call; one byte more than allowed tells us the
+        # cap was crossed without inflating the rest.
+        out = inflater.decompress(rest, max_bytes - total + 1)
+        total += len(out)
+        if total > max_bytes:
+            _over_cap(Compression.GZIP, max_bytes)
+        pieces.append(out)
+        if not inflater.eof:
+            raise DecodeError("GZIP compressed data", None, "stream ends before the gzip trailer")
+        rest = inflater.unused_data
+        if not rest:
+            break
+        if rest[:2] != _GZIP_MAGIC:
+            raise DecodeError("GZIP compressed data", None,
+                              f"{len(rest)} bytes after the last gzip member")
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+# --- snappy --------------------------------------------------------------------------------
+
+def _compress_snappy_xerial(data: Buffer) -> bytes:
+    import cramjam
+
+    view = memoryview(data)
+    out = bytearray(_XERIAL_HEADER)
+    for start in range(0, len(view), _XERIAL_BLOCK_BYTES):
+        block = cramjam.snappy.compress_raw(view[start:start + _XERIAL_BLOCK_BYTES])
+        out += _INT32.pack(len(block))
+        out += block
+    return bytes(out)
+
+
+def _decompress_snappy(data: Buffer, max_bytes: int) -> bytes:
+    import cramjam
+
+    view = memoryview(data)
+    if len(view) >= _XERIAL_HEADER_SIZE and view[:len(_XERIAL_MAGIC)] == _XERIAL_MAGIC:
+        blocks: list[memoryview] = []
+        pos = _XERIAL_HEADER_SIZE
+        while pos < len(view):
+            if pos + 4 > len(view):
+                raise DecodeError("SNAPPY xerial block length", pos, "stream ends early")
+            (size,) = _INT32.unpack_from(view, pos)
+            pos += 4
+            if size < 0 or pos + size > len(view):
+                raise DecodeError("SNAPPY xerial block", pos, f"block of {size} bytes runs past "
+                                  f"the end of the {len(view)}-byte stream")
+            blocks.append(view[pos:pos + size])
+            pos += size
+    else:
+        blocks = [view]
+    # Raw snappy states its uncompressed length up front: check the cap before allocating.
+    sizes = [cramjam.snappy.decompress_raw_len(block) for block in blocks]
+    total = sum(sizes)
+    if total > max_bytes:
+        _over_cap(Compression.SNAPPY, max_bytes)
+    out = bytearray(total)
+    target = memoryview(out)
+    pos = 0
+    for block, size in zip(blocks, sizes, strict=True):
+        written = cramjam.snappy.decompress_raw_into(block, target[pos:pos + size])
+        if written != size:
+            raise DecodeError("SNAPPY block", None,
+                              f"decoded {written} bytes where its header said {size}")
+        pos += size
+    return bytes(out)
+
+
+# --- lz4 -----------------------------------------------------------------------------------
+
+def _decompress_lz4(data: Buffer, max_bytes: int) -> bytes:
+    import lz4.frame
+
+    pieces: list[bytes] = []
+    total = 0
+    rest: Buffer = data
+    while True:
+        decoder = lz4.frame.LZ4FrameDecompressor()
+        chunk: Buffer = rest
+        # python-lz4 allocates max_length up front: ask for a few times the input per call,
+        # never more than one byte past the cap.
+        step = max(_LZ4_MIN_STEP_BYTES, _LZ4_STEP_RATIO * len(rest))
+        while True:
+            out = decoder.decompress(chunk, max_length=min(step, max_bytes - total + 1))
+            total += len(out)
+            if total > max_bytes:
+                _over_cap(Compression.LZ4, max_bytes)
+            pieces.append(out)
+            if decoder.eof or decoder.needs_input:
+                break
+            chunk = b""  # more output is buffered inside the decoder
+        if not decoder.eof:
+            raise DecodeError("LZ4 compressed data", None, "frame ends early")
+        rest = decoder.unused_data or b""
+        if not rest:
+            break
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+_LZ4_MIN_STEP_BYTES = 256 * 1024
+_LZ4_STEP_RATIO = 8
+
+# LZ4 frame descriptor flags (FLG byte) and the block-size table of the BD byte.
+_LZ4_MAGIC = 0x184D2204
+_LZ4_FLG_CONTENT_SIZE = 0x08
+_LZ4_FLG_BLOCK_CHECKSUM = 0x10
+_LZ4_FLG_BLOCK_INDEPENDENT = 0x20
+_LZ4_FLG_CONTENT_CHECKSUM = 0x04
+_LZ4_BLOCK_MAX_BYTES = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
+_LZ4_UNCOMPRESSED_BLOCK = 0x80000000
+_UINT32_LE = struct.Struct("<I")
+
+
+def _decompress_lz4_legacy(data: Buffer, max_bytes: int) -> bytes:
+    """Read an LZ4 frame from a magic-0 message, whose header checksum we cannot trust.
+
+    Before KIP-57, Kafka computed the frame descriptor checksum over the wrong bytes (it included
+    the magic number), so a standard decoder rejects those frames. The Java consumer skips the
+    check for magic 0; so do we, by walking the frame ourselves and decoding each block with
+    ``lz4.block``. Block and content checksums (xxhash32) are not verified here: the message CRC
+    already covers these bytes.
+    """
+    import lz4.block
+
+    view = memoryview(data)
+    if len(view) < 7 or _UINT32_LE.unpack_from(view, 0)[0] != _LZ4_MAGIC:
+        raise DecodeError("LZ4 frame", 0, "missing LZ4 frame magic")
+    flg, bd = view[4], view[5]
+    if flg >> 6 != 1:
+        raise DecodeError("LZ4 frame descriptor", 4, f"unsupported version {flg >> 6}")
+    block_max = _LZ4_BLOCK_MAX_BYTES.get((bd >> 4) & 0x7)
+    if block_max is None:
+        raise DecodeError("LZ4 frame descriptor", 5, f"invalid block size id {(bd >> 4) & 7}")
+    pos = 6 + (8 if flg & _LZ4_FLG_CONTENT_SIZE else 0) + 1  # + header checksum byte
+    block_checksum = 4 if flg & _LZ4_FLG_BLOCK_CHECKSUM else 0
+    linked = not flg & _LZ4_FLG_BLOCK_INDEPENDENT
+    pieces: list[bytes] = []
+    total = 0
+    while True:
+        if pos + 4 > len(view):
+            raise DecodeError("LZ4 block size", pos, "frame ends early")
+        (size,) = _UINT32_LE.unpack_from(view, pos)
+        pos += 4
+        if size == 0:  # the end mark
+            break
+        raw = size & _LZ4_UNCOMPRESSED_BLOCK
+        size &= ~_LZ4_UNCOMPRESSED_BLOCK
+        if pos + size + block_checksum > len(view):
+            raise DecodeError("LZ4 block", pos, "frame ends early")
+        block = view[pos:pos + size]
+        pos += size + block_checksum
+        if raw:
+            out = bytes(block)
+        else:
+            limit = min(block_max, max_bytes - total + 1)
+            history = (pieces[-1] if pieces else b"")[-65536:] if linked else b""
+            try:
+                out = lz4.block.decompress(block, uncompressed_size=limit, dict=history)
+            except lz4.block.LZ4BlockError:
+                if limit < block_max:  # the block may just be larger than what the cap leaves
+                    _over_cap(Compression.LZ4, max_bytes)
+                raise
+        total += len(out)
+        if total > max_bytes:
+            _over_cap(Compression.LZ4, max_bytes)
+        pieces.append(out)
+    return b"".join(pieces)
+
+
+# --- zstd ----------------------------------------------------------------------------------
+
+def _decompress_zstd(data: Buffer, max_bytes: int) -> bytes:
+    import zstandard
+
+    view = memoryview(data)
+    if not len(view):
+        raise DecodeError("ZSTD compressed data", 0, "empty input")
+    try:
+        dctx = _ZSTD_DECOMPRESSORS.pop()
+    except IndexError:
+        dctx = zstandard.ZstdDecompressor()
+    # Fast path: one frame that states its size (what zstd's one-shot API writes): checked
+    # against the cap before the output is allocated.
+    try:
+        content_size = zstandard.frame_content_size(view)
+    except zstandard.ZstdError:
+        content_size = -1
+    if content_size > max_bytes:
+        _over_cap(Compression.ZSTD, max_bytes)
+    if content_size >= 0:
+        try:
+            out: bytes = dctx.decompress(view, allow_extra_data=False)
+        except zstandard.ZstdError:
+            pass  # several frames, or damage: the streaming path below tells which
+        else:
+            _release_zstd(dctx)
+            return out
+    out = _decompress_zstd_stream(dctx, view, max_bytes)
+    _release_zstd(dctx)
+    return out
+
+
+
+
+def _release_zstd(dctx: Any) -> None:
+    if len(_ZSTD_DECOMPRESSORS) < _ZSTD_POOL_SIZE:
+        _ZSTD_DECOMPRESSORS.append(dctx)
+
+
+def _decompress_zstd_stream(dctx: Any, view: memoryview, max_bytes: int) -> bytes:
+    pieces: list[bytes] = []
+    total = 0
+    pos = 0
+    # Frames may omit their content size and may follow one another: feed the decoder slices
+    # small enough that even a maximal-ratio frame cannot overshoot the cap by much in one call.
+    decoder = dctx.decompressobj()
+    while pos < len(view):
+        feed = max(_ZSTD_MIN_FEED_BYTES, (max_bytes - total) // _ZSTD_MAX_RATIO)
+        chunk = view[pos:pos + feed]
+        out = decoder.decompress(chunk)
+        pos += len(chunk)
+        total += len(out)
+        if total > max_bytes:
+            _over_cap(Compression.ZSTD, max_bytes)
+        pieces.append(out)
+        if decoder.eof:
+            pos -= len(decoder.unused_data)
+            if pos < len(view):  # another frame follows
+                decoder = dctx.decompressobj()
+    if not decoder.eof:
+        raise DecodeError("ZSTD compressed data", None, "frame ends early")
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)

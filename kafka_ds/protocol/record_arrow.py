@@ -1,0 +1,96 @@
+"""Arrow shapes of fetched records: Spark's Kafka source schema, and gathering from buffers.
+
+Layer: protocol (sans-IO). Imports numpy and pyarrow; ``record_columns`` only for its types.
+Spark's Python data source checks that every yielded ``pyarrow.RecordBatch`` has exactly the
+Arrow schema it derives from the source's declared schema (``to_arrow_schema``, UTC): ``binary``
+not ``large_binary``, ``timestamp[us, tz=UTC]``, int32/int64 as declared, and a list child named
+``element``. The schemas below are that, field for field (a test compares them with pyspark's).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from kafka_ds.protocol.record_columns import RecordColumns
+
+Int64Array = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+HEADER_STRUCT_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
+# Spark names a list's child "element" (pyspark's to_arrow_type); match it exactly.
+HEADERS_TYPE = pa.list_(pa.field("element", HEADER_STRUCT_TYPE))
+_SPARK_FIELDS = [
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("timestampType", pa.int32()),
+]
+SPARK_SCHEMA = pa.schema(_SPARK_FIELDS)
+SPARK_SCHEMA_WITH_HEADERS = pa.schema([*_SPARK_FIELDS, pa.field("headers", HEADERS_TYPE)])
+
+
+def take_pairs(buffer: pa.Buffer, a_start: Int64Array, a_end: Int64Array, b_start: Int64Array,
+               b_end: Int64Array) -> tuple[pa.BinaryArray, pa.BinaryArray]:
+    """Gather ``buffer[a_start:a_end]`` and ``buffer[b_start:b_end]`` row by row into two arrays.
+
+    The four boundaries of every row, in order, are the offsets of one BinaryArray over the
+    buffer (no copy): its elements 4i and 4i+2 are row i's a and b. Callers guarantee that the
+    boundaries never decrease (each record's fields lie in order inside the record).
+    """
+    rows = len(a_start)
+    if not rows:
+        return pa.array([], pa.binary()), pa.array([], pa.binary())
+    bounds = np.empty((rows, 4), dtype=np.int32)
+    bounds[:, 0] = a_start
+    bounds[:, 1] = a_end
+    bounds[:, 2] = b_start
+    bounds[:, 3] = b_end
+    segments = pa.Array.from_buffers(pa.binary(), 4 * rows - 1,
+                                     [None, pa.py_buffer(bounds), buffer])
+    picks = np.arange(0, 4 * rows, 4, dtype=np.int32)
+    return segments.take(picks), segments.take(picks + 2)
+
+
+def with_validity(array: pa.BinaryArray, valid: BoolArray) -> pa.BinaryArray:
+    """``array`` (a fresh binary array) with the elements where ``valid`` is False made null."""
+    if valid.all():
+        return array
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    _, offsets, data = array.buffers()
+    return pa.Array.from_buffers(array.type, len(array), [bitmap, offsets, data],
+                                 null_count=len(valid) - int(np.count_nonzero(valid)))
+
+
+def to_arrow(columns: RecordColumns, topic: str, partition: int, *,
+             include_headers: bool = False) -> pa.RecordBatch:
+    """Shape ``columns`` as Spark's Kafka source rows (``SPARK_SCHEMA`` or ``..._WITH_HEADERS``).
+
+    key binary, value binary, topic string, partition int32, offset int64,
+    timestamp timestamp[us, UTC], timestampType int32 [, headers list<struct<key, value>>].
+    """
+    rows = len(columns)
+    timestamps_us = columns.timestamps_ms * 1000
+    arrays = [
+        columns.keys,
+        columns.values,
+        pa.repeat(pa.scalar(topic, pa.string()), rows),
+        pa.array(np.full(rows, partition, dtype=np.int32)),
+        pa.array(columns.offsets),
+        pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), rows,
+                              [None, pa.py_buffer(timestamps_us)]),
+        pa.array(columns.timestamp_types),
+    ]
+    if not include_headers:
+        return pa.RecordBatch.from_arrays(arrays, schema=SPARK_SCHEMA)
+    if columns.headers is None:
+        raise ValueError("to_arrow(include_headers=True) needs columns decoded with headers")
+    return pa.RecordBatch.from_arrays([*arrays, columns.headers],
+                                      schema=SPARK_SCHEMA_WITH_HEADERS)
