@@ -1,0 +1,219 @@
+"""Producer throughput: kafka_ds beside confluent-kafka and kafka-python, same broker, same run.
+
+A script, not a test::
+
+    python -m integration.benchmarks.bench_producer [--bootstrap HOST:PORT] [--runs 3]
+        [--records 200000] [--sizes 100 1024] [--codecs none lz4 zstd] [--only ours,confluent]
+
+Without ``--bootstrap`` it starts a one-node harness broker. Each scenario (value size x codec
+x mode) runs every client ``--runs`` times, alternating clients, and reports the median
+records/s from the first ``send`` to the end of ``flush`` (transactional: to the end of
+``commit``). Modes: ``idempotent`` (acks=all, idempotence on) and ``transactional`` (one
+transaction per 50,000 records). Every client gets linger.ms=5 and batch.size=256 KiB, one
+partition, unkeyed 100-byte or 1 KiB values. ``ours-bulk`` is ``Producer.send_many`` (one
+call per 10,000 records, the path the Spark sink uses); ``ours`` is plain per-record
+``send()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+
+TXN_CHUNK = 50_000
+COMMON = {"linger.ms": "5", "batch.size": str(256 * 1024)}
+
+
+def _warm_up(producer: object, topic: str, txn: bool) -> None:
+    if txn:
+        producer.init_transactions()  # type: ignore[attr-defined]
+        producer.begin_transaction()  # type: ignore[attr-defined]
+    producer.send(topic, b"warm-up").result(30)  # type: ignore[attr-defined]
+    if txn:
+        producer.commit_transaction()  # type: ignore[attr-defined]
+
+
+def _ours(bootstrap: str, topic: str, values: list[bytes], codec: str, txn: bool) -> float:
+    from kafka_ds.client.producer import Producer
+
+    props = {"bootstrap.servers": bootstrap, "compression.type": codec, "acks": "all", **COMMON}
+    if txn:
+        props["transactional.id"] = f"bench-{uuid.uuid4().hex}"
+    producer = Producer(props)
+    _warm_up(producer, topic, txn)
+    send = producer.send
+    start = time.perf_counter()
+    for chunk_start in range(0, len(values), TXN_CHUNK if txn else len(values)):
+        chunk = values[chunk_start:chunk_start + (TXN_CHUNK if txn else len(values))]
+        if txn:
+            producer.begin_transaction()
+        for value in chunk:
+            send(topic, value)
+        if txn:
+            producer.commit_transaction()
+    producer.flush()
+    elapsed = time.perf_counter() - start
+    producer.close()
+    return len(values) / elapsed
+
+
+def _ours_bulk(bootstrap: str, topic: str, values: list[bytes], codec: str, txn: bool) -> float:
+    from kafka_ds.client.producer import Producer
+
+    props = {"bootstrap.servers": bootstrap, "compression.type": codec, "acks": "all", **COMMON}
+    if txn:
+        props["transactional.id"] = f"bench-{uuid.uuid4().hex}"
+    producer = Producer(props)
+    _warm_up(producer, topic, txn)
+    step = 10_000
+    start = time.perf_counter()
+    for chunk_start in range(0, len(values), TXN_CHUNK if txn else len(values)):
+        chunk = values[chunk_start:chunk_start + (TXN_CHUNK if txn else len(values))]
+        if txn:
+            producer.begin_transaction()
+        for offset in range(0, len(chunk), step):
+            producer.send_many(topic, chunk[offset:offset + step])
+        if txn:
+            producer.commit_transaction()
+    producer.flush()
+    elapsed = time.perf_counter() - start
+    producer.close()
+    return len(values) / elapsed
+
+
+def _confluent(bootstrap: str, topic: str, values: list[bytes], codec: str, txn: bool) -> float:
+    from confluent_kafka import Producer
+
+    props = {"bootstrap.servers": bootstrap, "compression.type": codec, "acks": "all",
+             "enable.idempotence": True, "queue.buffering.max.messages": 1_000_000, **COMMON}
+    if txn:
+        props["transactional.id"] = f"bench-{uuid.uuid4().hex}"
+    producer = Producer(props)
+    if txn:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+    producer.produce(topic, b"warm-up")
+    producer.flush(30)
+    if txn:
+        producer.commit_transaction(30)
+    produce, poll = producer.produce, producer.poll
+    start = time.perf_counter()
+    for chunk_start in range(0, len(values), TXN_CHUNK if txn else len(values)):
+        chunk = values[chunk_start:chunk_start + (TXN_CHUNK if txn else len(values))]
+        if txn:
+            producer.begin_transaction()
+        for value in chunk:
+            try:
+                produce(topic, value)
+            except BufferError:
+                poll(0.005)
+                produce(topic, value)
+        if txn:
+            producer.commit_transaction(60)
+    producer.flush(120)
+    elapsed = time.perf_counter() - start
+    return len(values) / elapsed
+
+
+def _kafka_python(bootstrap: str, topic: str, values: list[bytes], codec: str,
+                  txn: bool) -> float:
+    from kafka import KafkaProducer
+
+    kwargs = {"bootstrap_servers": bootstrap, "acks": "all", "enable_idempotence": True,
+              "compression_type": None if codec == "none" else codec, "linger_ms": 5,
+              "batch_size": 256 * 1024}
+    if txn:
+        kwargs["transactional_id"] = f"bench-{uuid.uuid4().hex}"
+    producer = KafkaProducer(**kwargs)
+    if txn:
+        producer.init_transactions()
+        producer.begin_transaction()
+    producer.send(topic, b"warm-up").get(30)
+    if txn:
+        producer.commit_transaction()
+    send = producer.send
+    start = time.perf_counter()
+    for chunk_start in range(0, len(values), TXN_CHUNK if txn else len(values)):
+        chunk = values[chunk_start:chunk_start + (TXN_CHUNK if txn else len(values))]
+        if txn:
+            producer.begin_transaction()
+        for value in chunk:
+            send(topic, value)
+        if txn:
+            producer.commit_transaction()
+    producer.flush()
+    elapsed = time.perf_counter() - start
+    producer.close()
+    return len(values) / elapsed
+
+
+CLIENTS: dict[str, Callable[..., float]] = {
+    "ours": _ours, "ours-bulk": _ours_bulk, "confluent": _confluent, "kafka-python": _kafka_python,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--kafka-python-records", type=int, default=30_000,
+                        help="kafka-python is slow: fewer records (the rate is per second)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1024])
+    parser.add_argument("--codecs", nargs="+", default=["none", "lz4", "zstd"])
+    parser.add_argument("--modes", nargs="+", default=["idempotent", "transactional"])
+    parser.add_argument("--only", default=",".join(CLIENTS))
+    args = parser.parse_args(argv)
+    clients = [name for name in args.only.split(",") if name]
+    cluster = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        from integration.harness.cluster import KafkaCluster
+
+        cluster = KafkaCluster(nodes=1).start()
+        bootstrap = cluster.bootstrap()
+    try:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        header = f"{'scenario':34}" + "".join(f"{name:>14}" for name in clients)
+        header += "   ours/confluent  ours/kafka-python  bulk/confluent"
+        print(header)
+        for mode in args.modes:
+            for size in args.sizes:
+                for codec in args.codecs:
+                    rates: dict[str, list[float]] = {name: [] for name in clients}
+                    for _ in range(args.runs):
+                        for name in clients:
+                            topic = f"bench-{uuid.uuid4().hex[:10]}"
+                            admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+                            count = args.kafka_python_records if name == "kafka-python" \
+                                else args.records
+                            values = [bytes([65 + i % 26]) * (size - 8) + i.to_bytes(8, "big")
+                                      for i in range(count)]
+                            rates[name].append(CLIENTS[name](bootstrap, topic, values, codec,
+                                                             mode == "transactional"))
+                    medians = {name: statistics.median(r) for name, r in rates.items()}
+                    line = f"{mode + ' ' + str(size) + 'B ' + codec:34}"
+                    line += "".join(f"{medians[name]:>14,.0f}" for name in clients)
+                    ours = medians.get("ours")
+                    for other, base in (("confluent", "ours"), ("kafka-python", "ours"),
+                                        ("confluent", "ours-bulk")):
+                        if medians.get(base) and medians.get(other):
+                            line += f"{medians[base] / medians[other]:>17.2f}"
+                        else:
+                            line += f"{'-':>17}"
+                    del ours
+                    print(line, flush=True)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,535 @@
+"""The Kafka producer: batching, idempotent by default, optionally transactional.
+
+Layer: client (never pyspark). Specs: KIP-98 (idempotence, transactions), KIP-360, KIP-480 /
+KIP-794 (sticky partitioning), KIP-890 (transactions v2); the Java ``KafkaProducer`` API,
+with Python names.
+
+::
+
+    with Producer({"bootstrap.servers": "localhost:9092"}) as producer:
+        future = producer.send("events", b"value", key=b"user-1")
+        producer.flush()
+        print(future.result())  # RecordMetadata(topic, partition, offset, timestamp_ms)
+
+``send()`` only appends to the accumulator (one lock, a few list appends); the sender
+thread (``sender.py``) batches, compresses, sends and retries. Transactions::
+
+    producer = Producer({..., "transactional.id": "sink-7"})
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send(...)
+    producer.commit_transaction()          # or abort_transaction()
+
+or, to finish elsewhere (the exactly-once Spark sink)::
+
+    token = producer.prepare_transaction()  # every record acknowledged; not ended
+    complete_transaction(config, token, commit=True)   # in another process
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kafka_ds.client.delivery import (
+    BatchResult,
+    BulkFuture,
+    RecordFuture,
+    RecordMetadata,
+    RecordTooLargeError,
+    check_record_size,
+)
+from kafka_ds.client.producer_config import ProducerConfig
+from kafka_ds.client.sender import Sender, TopicMeta
+from kafka_ds.client.transactions import TransactionManager, complete_transaction
+from kafka_ds.net.clock import SYSTEM_CLOCK, Clock
+from kafka_ds.protocol.accumulator import (
+    RECORD_OVERHEAD_BOUND,
+    RecordAccumulator,
+    record_bytes_bound,
+)
+from kafka_ds.protocol.errors import KafkaDsError, KafkaTimeoutError
+from kafka_ds.protocol.partitioner import StickyPartitioner, murmur2, partitions_for_keys
+from kafka_ds.protocol.producer_state import ProducerState
+from kafka_ds.protocol.txn_state import (
+    TransactionAbortableError,
+    TransactionStateError,
+    TransactionToken,
+    TxnState,
+)
+
+__all__ = ["BulkFuture", "Producer", "RecordFuture", "RecordMetadata", "RecordTooLargeError",
+           "TransactionToken", "complete_transaction"]
+
+Header = tuple[str, bytes | None]
+_time_ns = time.time_ns
+_yield_gil = time.sleep
+
+
+def _as_bytes(value: Any, what: str) -> bytes:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise TypeError(f"record {what} must be bytes (or str, sent as UTF-8) or None, got "
+                    f"{type(value).__name__}: serialise it first")
+
+
+class Producer:
+    """Sends records to Kafka. Thread-safe: many threads may call ``send`` at once."""
+
+    def __init__(self, config: Mapping[str, str] | ProducerConfig, *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = config if isinstance(config, ProducerConfig) else \
+            ProducerConfig.from_properties(config)
+        cfg = self.config
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._memory_freed = threading.Condition(self._lock)
+        self._accumulator = RecordAccumulator(
+            batch_size_bytes=max(cfg.batch_size_bytes, 1), linger_ms=cfg.linger_ms,
+            buffer_memory_bytes=cfg.buffer_memory_bytes, compression=cfg.compression,
+            retry_backoff_ms=cfg.retry_backoff_ms, delivery_timeout_ms=cfg.delivery_timeout_ms,
+            new_result=BatchResult, now_source=clock.monotonic_ms)
+        state = None
+        if cfg.enable_idempotence:
+            state = ProducerState(transactional=cfg.transactional, max_in_flight=cfg.max_in_flight)
+        self._sender = Sender(cfg, self._accumulator, self._lock, self._memory_freed, state,
+                              clock)
+        self._txn: TransactionManager | None = None
+        if cfg.transactional_id is not None:
+            assert state is not None
+            self._txn = TransactionManager(cfg.transactional_id, cfg.transaction_timeout_ms,
+                                           state, cfg.retry_backoff_ms)
+            self._sender.txn = self._txn
+        self._sticky = StickyPartitioner(max(cfg.batch_size_bytes, 1))
+        # topic -> [partition, bytes counted, bytes the partitioner knows]: send() counts
+        # here and asks the partitioner only to switch.
+        self._sticky_fast: dict[str, list[int]] = {}
+        self._batch_size_bytes = max(cfg.batch_size_bytes, 1)
+        # Records above this cannot be sent at all: refused in send(), as Java does.
+        self._size_limit = min(cfg.max_request_size_bytes, cfg.buffer_memory_bytes)
+        self._ignore_keys = cfg.partitioner_ignore_keys
+        self._closed = False
+        self._sender.start()
+
+    # --- sending -------------------------------------------------------------------------------
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None,
+             headers: Sequence[Header] | None = None, partition: int | None = None,
+             timestamp_ms: int | None = None,
+             callback: Callable[[RecordMetadata | None, BaseException | None], Any] | None = None,
+             ) -> RecordFuture:
+        """Queue a record; the future resolves once the broker acknowledged it.
+
+        ``callback(metadata, error)`` runs on the producer's I/O thread when the record is
+        acknowledged or fails: keep it short and never wait on this producer inside it.
+        Blocks (up to ``max.block.ms``) only to learn a new topic's partitions or while
+        ``buffer.memory`` is full.
+        """
+        if self._closed:
+            raise KafkaDsError("send() on a closed producer")
+        if value is not None and type(value) is not bytes:
+            value = _as_bytes(value, "value")
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes(key, "key")
+        if timestamp_ms is None:
+            timestamp_ms = _time_ns() // 1_000_000
+        if headers:
+            headers = [(name, header if header is None or type(header) is bytes
+                        else _as_bytes(header, "header value")) for name, header in headers]
+            size = record_bytes_bound(key, value, headers)
+        else:
+            headers = None
+            size = RECORD_OVERHEAD_BOUND + (len(value) if value is not None else 0) + (
+                len(key) if key is not None else 0)
+        if partition is None:
+            if key is None or self._ignore_keys:
+                # The sticky partition's fast path: [partition, bytes sent to it].
+                sticky = self._sticky_fast.get(topic)
+                if sticky is not None and sticky[1] < self._batch_size_bytes:
+                    sticky[1] += size
+                    partition = sticky[0]
+                else:
+                    partition = self._sticky_switch(topic, size)
+            else:
+                meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
+                partition = (murmur2(key) & 0x7FFFFFFF) % meta.partition_count
+        else:
+            meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
+            if not 0 <= partition < meta.partition_count:
+                raise ValueError(
+                    f"partition {partition} does not exist: topic {topic!r} has "
+                    f"{meta.partition_count} partitions (0..{meta.partition_count - 1})")
+        if size > self._size_limit:
+            check_record_size(size, self.config, topic)
+        txn = self._txn
+        if txn is not None and txn.machine.state is not TxnState.IN_TRANSACTION:
+            txn.machine.require(TxnState.IN_TRANSACTION, action="send()")
+        lock = self._lock
+        lock.acquire()  # cheaper than `with`, and this is once per record
+        try:
+            appended = self._accumulator.append(topic, partition, key, value, timestamp_ms,
+                                                headers, size)
+            if appended is None:
+                appended = self._wait_for_memory(topic, partition, key, value, timestamp_ms,
+                                                 headers, size)
+            batch, index, is_new = appended
+            if callback is not None:
+                if batch.callbacks is None:
+                    batch.callbacks = []
+                batch.callbacks.append((index, callback))
+            if txn is not None:
+                txn.record_count += 1
+        finally:
+            lock.release()
+        if is_new:
+            # A new batch means the previous one is full: a sleeping sender should send it
+            # now; a busy one will find it on its next round without the syscall. Either
+            # way, give the GIL up for a moment: the sender may be waiting for it with a
+            # response to handle, and would otherwise wait out the interpreter's switch
+            # interval (5 ms) while this thread appends.
+            if self._sender.polling:
+                self._sender.client.wakeup()
+            _yield_gil(0)
+        return RecordFuture(batch, index)
+
+    def send_many(self, topic: str, values: Sequence[bytes | None],
+                  keys: Sequence[bytes | None] | None = None, partition: int | None = None,
+                  timestamp_ms: int | None = None) -> BulkFuture:
+        """Queue many records at once: the columnar path (one lock, no per-record objects).
+
+        Keyed records are partitioned as ``send`` does (hashed in bulk), unkeyed ones fill the
+        sticky partition batch by batch; ``partition`` sends them all to one partition. All
+        get ``timestamp_ms`` (default: now). Values and keys must be ``bytes`` or None. The
+        returned future completes when every record is acknowledged, and raises the first
+        failure.
+        """
+        if self._closed:
+            raise KafkaDsError("send_many() on a closed producer")
+        count = len(values)
+        if keys is not None and len(keys) != count:
+            raise ValueError(f"send_many(): {len(keys)} keys for {count} values")
+        if timestamp_ms is None:
+            timestamp_ms = _time_ns() // 1_000_000
+        meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
+        txn = self._txn
+        if txn is not None and txn.machine.state is not TxnState.IN_TRANSACTION:
+            txn.machine.require(TxnState.IN_TRANSACTION, action="send_many()")
+        overhead = RECORD_OVERHEAD_BOUND
+        try:
+            sizes = [len(value) + overhead for value in values]  # type: ignore[arg-type]
+        except TypeError:
+            sizes = [(len(v) if v is not None else 0) + overhead for v in values]
+        if keys is not None:
+            sizes = [size + (len(key) if key is not None else 0)
+                     for size, key in zip(sizes, keys, strict=True)]
+        if sizes and max(sizes) > self._size_limit:
+            check_record_size(max(sizes), self.config, topic)
+        timestamps = [timestamp_ms] * count
+        touched: list[Any] = []
+        groups: list[tuple[int | None, Sequence[bytes | None] | None, Sequence[bytes | None],
+                           list[int], list[int]]]
+        if partition is not None:
+            if not 0 <= partition < meta.partition_count:
+                raise ValueError(f"partition {partition} does not exist: topic {topic!r} has "
+                                 f"{meta.partition_count} partitions")
+            groups = [(partition, keys, values, timestamps, sizes)]
+        elif keys is not None and not self._ignore_keys and None not in keys:
+            chosen = partitions_for_keys(keys, meta.partition_count)  # type: ignore[arg-type]
+            by_partition: dict[int, list[int]] = {}
+            for index, chosen_partition in enumerate(chosen):
+                by_partition.setdefault(chosen_partition, []).append(index)
+            groups = [(p, [keys[i] for i in rows], [values[i] for i in rows],
+                       timestamps[:len(rows)], [sizes[i] for i in rows])
+                      for p, rows in by_partition.items()]
+        elif keys is not None:  # some null keys: partition record by record
+            futures = [self.send(topic, values[index], key=keys[index],
+                                 timestamp_ms=timestamp_ms) for index in range(count)]
+            return BulkFuture(list({id(f.batch): f.batch for f in futures}.values()), count)
+        else:
+            groups = [(None, None, values, timestamps, sizes)]
+        if partition is None:
+            self._sticky_sync(topic, meta.available)
+        for group_partition, group_keys, group_values, group_stamps, group_sizes in groups:
+            cumulative = list(itertools.accumulate(group_sizes, initial=0))
+            self._append_many(topic, meta, group_partition, group_keys, group_values,
+                              group_stamps, cumulative, touched)
+        if txn is not None:
+            with self._lock:
+                txn.record_count += count
+        self._sender.client.wakeup()
+        return BulkFuture(touched, count)
+
+    def _append_many(self, topic: str, meta: TopicMeta, partition: int | None,
+                     keys: Sequence[bytes | None] | None, values: Sequence[bytes | None],
+                     timestamps: list[int], cumulative: list[int], touched: list[Any]) -> None:
+        accumulator = self._accumulator
+        start, end = 0, len(values)
+        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        while start < end:
+            if partition is None:
+                target, stop = self._sticky.run(topic, meta.available, cumulative, start, end)
+            else:
+                target, stop = partition, end
+            with self._lock:
+                while True:
+                    now_ms = self._clock.monotonic_ms()
+                    start = accumulator.append_many(topic, target, keys, values, timestamps,
+                                                    cumulative, start, now_ms, touched, stop)
+                    if start >= stop:
+                        break
+                    self._sender.client.wakeup()
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise KafkaTimeoutError(
+                            f"buffer.memory ({self.config.buffer_memory_bytes} bytes) stayed "
+                            f"full for max.block.ms ({self.config.max_block_ms} ms) in "
+                            "send_many(); raise buffer.memory or max.block.ms")
+                    self._memory_freed.wait(remaining)
+
+    def _sticky_sync(self, topic: str, available: tuple[int, ...]) -> None:
+        """Give the bytes counted by send()'s fast path to the partitioner, drop the cache."""
+        state = self._sticky_fast.pop(topic, None)
+        if state is not None and state[1] > state[2]:
+            self._sticky.partition(topic, available, state[1] - state[2])
+
+    def _sticky_switch(self, topic: str, size: int) -> int:
+        meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
+        self._sticky_sync(topic, meta.available)
+        partition = self._sticky.partition(topic, meta.available, size)
+        used = self._sticky.used_bytes(topic)
+        self._sticky_fast[topic] = [partition, used, used]
+        return partition
+
+    def _wait_for_memory(self, topic: str, partition: int, key: bytes | None,
+                         value: bytes | None, timestamp_ms: int, headers: Any, size: int
+                         ) -> tuple[Any, int, bool]:
+        # Called with the lock held: wait on the condition that shares it.
+        check_record_size(size, self.config, topic)
+        self._sender.client.wakeup()
+        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(
+                    f"buffer.memory ({self.config.buffer_memory_bytes} bytes) stayed full for "
+                    f"max.block.ms ({self.config.max_block_ms} ms): the brokers take records "
+                    "slower than they are sent; raise buffer.memory or max.block.ms, or check "
+                    "the brokers")
+            self._memory_freed.wait(remaining)
+            appended = self._accumulator.append(topic, partition, key, value, timestamp_ms,
+                                                headers, size, self._clock.monotonic_ms())
+            if appended is not None:
+                return appended
+
+    def _topic_meta(self, topic: str) -> TopicMeta:
+        if not topic:
+            raise ValueError("topic must be a non-empty string")
+        timeout_ms = self.config.max_block_ms
+        future = self._sender.submit(lambda sender: sender.topic_metadata(topic, timeout_ms))
+        try:
+            meta: TopicMeta = future.result(timeout_ms / 1000 + 1)
+        except TimeoutError:
+            raise KafkaTimeoutError(f"metadata of topic {topic!r} not available within "
+                                    f"max.block.ms ({timeout_ms} ms)") from None
+        return meta
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """The partition ids of ``topic`` (fetching its metadata if needed)."""
+        meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
+        return list(range(meta.partition_count))
+
+    def flush(self, timeout_ms: int | None = None) -> None:
+        """Send everything queued now and wait until each record is acknowledged or failed."""
+        with self._lock:
+            self._accumulator.flushes_in_progress += 1
+            pending = list(self._accumulator.incomplete)
+        self._sender.client.wakeup()
+        try:
+            deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+            for batch in pending:
+                remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
+                if not batch.result.wait(remaining):
+                    raise KafkaTimeoutError(f"flush() did not complete within {timeout_ms} ms")
+        finally:
+            with self._lock:
+                self._accumulator.flushes_in_progress -= 1
+
+    def close(self, timeout_ms: int | None = None) -> None:
+        """Send what is queued (waiting up to ``timeout_ms``), then stop. 0 drops it at once."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            self._accumulator.closing = True
+        force = timeout_ms == 0
+        self._sender.initiate_close(force=force)
+        self._sender.thread.join(None if timeout_ms is None else timeout_ms / 1000)
+        if self._sender.thread.is_alive():
+            self._sender.initiate_close(force=True)
+            self._sender.thread.join()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close(0 if exc_type is not None and self._txn is not None else None)
+
+    def metrics(self) -> dict[str, float]:
+        """Java-named metrics: rates per second since the producer started."""
+        m = self._sender.metrics
+        elapsed_s = max((self._clock.monotonic_ms() - m.started_ms) / 1000, 1e-3)
+        batches = max(m.batches_sent, 1)
+        return {
+            "record-send-total": float(m.records_sent),
+            "record-send-rate": m.records_sent / elapsed_s,
+            "batch-size-avg": m.batch_bytes / batches,
+            "compression-rate-avg": (m.compressed_bytes / m.uncompressed_bytes
+                                     if m.uncompressed_bytes else 1.0),
+            "record-retry-total": float(m.record_retries),
+            "record-error-total": float(m.record_errors),
+            "request-latency-avg": m.request_latency_ms_total / max(m.requests, 1),
+            "request-total": float(m.requests),
+            "batch-split-total": float(m.batch_splits),
+            "epoch-bump-total": float(m.epoch_bumps),
+            "buffer-available-bytes": float(self.config.buffer_memory_bytes
+                                            - self._accumulator.used_bytes),
+        }
+
+    # --- transactions ----------------------------------------------------------------------------
+
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise TransactionStateError("this producer has no transactional.id: set it to use "
+                                        "transactions")
+        return self._txn
+
+    def _run(self, task: Callable[[Sender], Any], timeout_ms: int | None, what: str) -> Any:
+        timeout = self.config.max_block_ms if timeout_ms is None else timeout_ms
+        future = self._sender.submit(task)
+        try:
+            return future.result(timeout / 1000 + 5)
+        except TimeoutError:
+            raise KafkaTimeoutError(f"{what} did not complete within {timeout} ms") from None
+
+    def init_transactions(self, timeout_ms: int | None = None) -> None:
+        """Register the transactional.id, fencing older producers using it and completing
+        the transaction they left open. Call once, before the first transaction (again
+        after prepare_transaction() to start over with a fresh epoch)."""
+        txn = self._transactions()
+        timeout = self.config.max_block_ms if timeout_ms is None else timeout_ms
+        with txn.lock:
+            txn.machine.transition(TxnState.INITIALIZING)
+        try:
+            self._run(lambda sender: txn.init_task(sender, timeout), timeout,
+                      "init_transactions()")
+        except BaseException as exc:
+            with txn.lock:
+                txn.machine.transition(TxnState.FATAL_ERROR, exc)
+            raise
+        with txn.lock:
+            txn.machine.transition(TxnState.READY)
+
+    def begin_transaction(self) -> None:
+        txn = self._transactions()
+        txn.machine.require(TxnState.READY, action="begin_transaction()")
+        self._run(lambda sender: txn.begin_task(sender, self.config.max_block_ms), None,
+                  "begin_transaction()")
+        with txn.lock:
+            txn.machine.transition(TxnState.IN_TRANSACTION)
+
+    @property
+    def transaction_protocol(self) -> int | None:
+        """1 or 2: the protocol of the current transaction (None outside one)."""
+        return self._txn.protocol if self._txn is not None else None
+
+    def send_offsets_to_transaction(self, offsets: Mapping[tuple[str, int], Any],
+                                    group_id: str, timeout_ms: int | None = None) -> None:
+        """Commit consumer offsets with the transaction: {(topic, partition): offset or
+        (offset, metadata)}; they become visible to the group only if it commits."""
+        txn = self._transactions()
+        txn.machine.require(TxnState.IN_TRANSACTION, action="send_offsets_to_transaction()")
+        timeout = self.config.max_block_ms if timeout_ms is None else timeout_ms
+        try:
+            self._run(lambda sender: txn.send_offsets_task(sender, offsets, group_id, timeout),
+                      timeout, "send_offsets_to_transaction()")
+        except TransactionAbortableError as exc:
+            txn.fail(exc)
+            raise
+
+    def _flush_transaction(self, timeout_ms: int | None, action: str) -> None:
+        txn = self._transactions()
+        try:
+            self.flush(timeout_ms)
+        except KafkaTimeoutError as exc:
+            raise KafkaTimeoutError(f"{action}: {exc}") from exc
+        txn.machine.require(TxnState.IN_TRANSACTION, TxnState.PREPARED, action=action)
+
+    def prepare_transaction(self, timeout_ms: int | None = None) -> TransactionToken:
+        """Flush and wait for every acknowledgement, without ending the transaction.
+
+        Returns the token another process passes to ``complete_transaction`` to commit or
+        abort it. The transaction must end before ``transaction.timeout.ms`` after its first
+        record, or the coordinator aborts it.
+        """
+        txn = self._transactions()
+        txn.machine.require(TxnState.IN_TRANSACTION, action="prepare_transaction()")
+        self._flush_transaction(timeout_ms, "prepare_transaction()")
+        with txn.lock:
+            txn.machine.transition(TxnState.PREPARED)
+        return txn.token()
+
+    def commit_transaction(self, timeout_ms: int | None = None) -> None:
+        txn = self._transactions()
+        txn.machine.require(TxnState.IN_TRANSACTION, TxnState.PREPARED,
+                            action="commit_transaction()")
+        self._flush_transaction(timeout_ms, "commit_transaction()")
+        with txn.lock:
+            txn.machine.transition(TxnState.COMMITTING)
+        self._end(txn, True, timeout_ms)
+
+    def abort_transaction(self, timeout_ms: int | None = None) -> None:
+        """Drop the records not yet sent, wait for those in flight, and abort."""
+        txn = self._transactions()
+        txn.machine.require(TxnState.IN_TRANSACTION, TxnState.PREPARED, TxnState.ABORTABLE_ERROR,
+                            action="abort_transaction()")
+        with txn.lock:
+            txn.machine.transition(TxnState.ABORTING)
+        error = TransactionAbortableError("the transaction was aborted before this record was "
+                                          "sent")
+        self._run(lambda sender: sender.fail_queued(error), timeout_ms, "abort_transaction()")
+        self.flush(timeout_ms)
+        self._end(txn, False, timeout_ms)
+        if txn.state.abortable_reason is not None:
+            # Sequences of this epoch may be out of step with the broker (a batch failed or
+            # expired): start over with a fresh epoch, as a new producer would.
+            timeout = self.config.max_block_ms if timeout_ms is None else timeout_ms
+            txn.state.abortable_reason = None
+            with txn.lock:
+                txn.machine.transition(TxnState.INITIALIZING)
+            self._run(lambda sender: txn.init_task(sender, timeout), timeout,
+                      "abort_transaction()")
+            with txn.lock:
+                txn.machine.transition(TxnState.READY)
+
+    def _end(self, txn: TransactionManager, commit: bool, timeout_ms: int | None) -> None:
+        timeout = self.config.max_block_ms if timeout_ms is None else timeout_ms
+        if txn.partitions or txn.has_offsets:
+            try:
+                self._run(lambda sender: txn.end_task(sender, commit, timeout), timeout,
+                          "commit_transaction()" if commit else "abort_transaction()")
+            except TransactionAbortableError as exc:
+                txn.fail(exc)
+                raise
+            except BaseException as exc:
+                if not isinstance(exc, KafkaTimeoutError):
+                    with txn.lock:
+                        txn.machine.transition(TxnState.FATAL_ERROR, exc)
+                raise
+        with txn.lock:
+            txn.machine.transition(TxnState.READY)
+

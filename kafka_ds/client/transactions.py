@@ -1,0 +1,415 @@
+"""Transactional producing: coordinator requests, protocol choice, and finishing a prepared
+transaction from another process.
+
+Layer: client. Specs: KIP-98 (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
+TxnOffsetCommit, EndTxn), KIP-890 (transactions v2), KIP-447 (TxnOffsetCommit group fields).
+The state machine and error classes are sans-IO, in ``protocol.txn_state``.
+
+``TransactionManager`` methods whose names end in ``_task`` run on the producer's sender
+thread (they use its NetworkClient); the ``Producer`` submits them and waits.
+
+Protocol per transaction, fixed when it begins and recorded in the token::
+
+    v2  when the coordinator's finalized transaction.version >= 2 and it accepts Produce
+        v12+, TxnOffsetCommit v5 and EndTxn v5: partitions join by Produce v12, offsets by
+        TxnOffsetCommit v5, EndTxn v5 bumps the epoch and returns the next one
+    v1  otherwise: AddPartitionsToTxn (v<=3) before the first Produce to a partition,
+        Produce capped at v11, AddOffsetsToTxn + TxnOffsetCommit (v<=4), EndTxn (v<=4)
+
+``complete_transaction(config, token, commit)`` ends a prepared transaction from the token
+alone, in any process: FindCoordinator, then EndTxn at the version the token's protocol
+needs. Repeating it succeeds (a committed transaction answers NONE to the same request).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kafka_ds.client.cluster import Cluster, CoordinatorType
+from kafka_ds.client.config import ClientConfig
+from kafka_ds.protocol.accumulator import ProducerBatch
+from kafka_ds.protocol.api_keys import ApiKey
+from kafka_ds.protocol.errors import BrokerError, ErrorCode, KafkaDsError, KafkaTimeoutError
+from kafka_ds.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
+from kafka_ds.protocol.messages.add_partitions_to_txn import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnTopic,
+)
+from kafka_ds.protocol.messages.end_txn import EndTxnRequest
+from kafka_ds.protocol.messages.init_producer_id import InitProducerIdRequest
+from kafka_ds.protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitRequestPartition,
+    TxnOffsetCommitRequestTopic,
+)
+from kafka_ds.protocol.producer_state import ProducerState
+from kafka_ds.protocol.txn_state import (
+    COORDINATOR_CODES,
+    LOST_CODES,
+    ErrorClass,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionFatalError,
+    TransactionLostError,
+    TransactionToken,
+    TxnState,
+    TxnStateMachine,
+    classify,
+    fenced_message,
+)
+
+if TYPE_CHECKING:
+    from kafka_ds.client.sender import Sender
+
+log = logging.getLogger(__name__)
+
+TV1_PRODUCE_MAX = 11
+TV2_PRODUCE_MAX = 12
+TV1_TXN_MAX = 4  # EndTxn, TxnOffsetCommit, AddOffsetsToTxn under v1
+TV2_END_TXN = 5
+TV2_TXN_OFFSET_COMMIT = 5
+ADD_PARTITIONS_MAX = 3  # v4+ is broker-to-broker
+INIT_PRODUCER_ID_MAX = 5  # v6 (KIP-939) is unstable on released brokers
+
+
+def choose_protocol(finalized_features: Mapping[str, int],
+                    api_ranges: Mapping[int, tuple[int, int]]) -> int:
+    """1 or 2: the transaction protocol to use with a coordinator (KIP-890's rule)."""
+    def max_of(key: int) -> int:
+        return api_ranges.get(key, (0, -1))[1]
+
+    if (finalized_features.get("transaction.version", 0) >= 2
+            and max_of(ApiKey.PRODUCE) > TV1_PRODUCE_MAX
+            and max_of(ApiKey.TXN_OFFSET_COMMIT) > TV1_TXN_MAX
+            and max_of(ApiKey.END_TXN) >= TV2_END_TXN):
+        return 2
+    return 1
+
+
+def end_txn_version(negotiated: int, protocol: int, transactional_id: str) -> int:
+    if protocol == 2:
+        if negotiated < TV2_END_TXN:
+            raise KafkaDsError(
+                f"transaction {transactional_id!r} was produced with transactions v2 but this "
+                f"broker speaks EndTxn up to v{negotiated} only (v5 needed): was the cluster's "
+                "transaction.version downgraded?")
+        return TV2_END_TXN
+    return min(negotiated, TV1_TXN_MAX)
+
+
+class _Coordinator:
+    """Requests to a transactional id's coordinator with the retry rules they share."""
+
+    def __init__(self, cluster: Cluster, transactional_id: str, retry_backoff_ms: int,
+                 key_type: CoordinatorType = CoordinatorType.TRANSACTION) -> None:
+        self.cluster = cluster
+        self.transactional_id = transactional_id  # or the group id, for a group coordinator
+        self.retry_backoff_ms = retry_backoff_ms
+        self.key_type = key_type
+
+    def node(self, timeout_ms: int) -> int:
+        return self.cluster.coordinator(self.key_type, self.transactional_id,
+                                        timeout_ms=timeout_ms)
+
+    def call(self, build: Any, what: str, timeout_ms: int,
+             error_of: Any = lambda response: response.error_code) -> Any:
+        """Send ``build(version_for)`` until its error is not retriable; returns the response.
+
+        ``build(connection)`` returns (request, version). Retries CONCURRENT_TRANSACTIONS
+        and coordinator moves within ``timeout_ms``; returns responses with other errors.
+        """
+        client = self.cluster.client
+        deadline_ms = client.clock.monotonic_ms() + timeout_ms
+        attempt = 0
+        last: BaseException | None = None
+        while True:
+            remaining_ms = max(deadline_ms - client.clock.monotonic_ms(), 1)
+            code: int
+            try:
+                node = self.node(remaining_ms)
+                request, version = build(client.connection(node))
+                response = client.request(node, request, timeout_ms=remaining_ms,
+                                          version=version)
+                code = error_of(response)
+            except (BrokerError, KafkaTimeoutError) as exc:
+                if isinstance(exc, BrokerError) and not exc.retriable:
+                    raise
+                response, code = None, -2
+                last = exc
+            except KafkaDsError as exc:  # network: look the coordinator up again
+                response, code = None, -2
+                last = exc
+            if code in COORDINATOR_CODES or code == -2:
+                self.cluster.forget_coordinator(self.key_type, self.transactional_id)
+            elif code == ErrorCode.CONCURRENT_TRANSACTIONS:
+                pass
+            elif response is not None and not (code and BrokerError(code).retriable):
+                return response
+            if client.clock.monotonic_ms() >= deadline_ms:
+                reason = BrokerError(code).name if code >= 0 else str(last)
+                raise KafkaTimeoutError(f"{what} for transactional.id {self.transactional_id!r}"
+                                        f" did not succeed within {timeout_ms} ms: {reason}")
+            attempt += 1
+            # CONCURRENT_TRANSACTIONS clears within milliseconds: retry fast at first.
+            backoff_ms = min(self.retry_backoff_ms, 20 * attempt)
+            client.poll(backoff_ms)
+
+
+class TransactionManager:
+    """Transaction state of one producer: shared by user threads and the sender thread."""
+
+    def __init__(self, transactional_id: str, transaction_timeout_ms: int,
+                 producer_state: ProducerState, retry_backoff_ms: int) -> None:
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.state = producer_state
+        self.retry_backoff_ms = retry_backoff_ms
+        self.machine = TxnStateMachine(transactional_id)
+        self.lock = threading.Lock()
+        self.protocol: int | None = None
+        self.partitions: set[tuple[str, int]] = set()  # in the transaction
+        self.has_offsets = False
+        self.record_count = 0
+
+    # --- the sender's hooks ------------------------------------------------------------------
+
+    def can_send(self, batch: ProducerBatch) -> bool:
+        if self.machine.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING,
+                                      TxnState.PREPARED):
+            return False
+        return self.protocol == 2 or (batch.topic, batch.partition) in self.partitions
+
+    def produce_version_cap(self) -> int:
+        return TV2_PRODUCE_MAX if self.protocol == 2 else TV1_PRODUCE_MAX
+
+    def on_batch_failed(self, batch: ProducerBatch, error: BaseException) -> None:
+        with self.lock:
+            if isinstance(error, BrokerError) and error.code in (
+                    ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+                self.machine.transition(TxnState.FATAL_ERROR, ProducerFencedError(fenced_message(
+                    self.transactional_id, self.state.producer_id, self.state.producer_epoch,
+                    f"producing to {batch.topic}-{batch.partition}")))
+            elif self.machine.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING,
+                                        TxnState.PREPARED):
+                self.machine.transition(TxnState.ABORTABLE_ERROR, error)
+
+    def before_drain(self, sender: Sender) -> None:
+        """Under v1, add the partitions that got new batches before they may be drained."""
+        with sender.lock:
+            new = sender.accumulator.new_partitions
+            sender.accumulator.new_partitions = set()
+        if self.machine.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING,
+                                      TxnState.PREPARED):
+            return
+        pending = sorted(tp for tp in new if tp not in self.partitions)
+        if not pending:
+            return
+        if self.protocol == 2:
+            self.partitions.update(pending)  # Produce v12 adds them
+            return
+        try:
+            self._add_partitions(sender, pending)
+        except KafkaDsError as exc:
+            self.fail(exc)
+            sender.fail_queued(exc, lambda batch: (batch.topic, batch.partition) in pending)
+
+    def fail(self, exc: BaseException) -> None:
+        """Record a failure: fatal ones end the producer, others spoil the transaction."""
+        with self.lock:
+            if isinstance(exc, TransactionFatalError):
+                self.machine.transition(TxnState.FATAL_ERROR, exc)
+            elif self.machine.state is not TxnState.FATAL_ERROR:
+                self.machine.transition(TxnState.ABORTABLE_ERROR, exc)
+
+    def _raise_for(self, code: int, what: str) -> None:
+        if not code:
+            return
+        if code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+            raise ProducerFencedError(fenced_message(
+                self.transactional_id, self.state.producer_id, self.state.producer_epoch, what))
+        error = BrokerError(code, f"{what} for transactional.id {self.transactional_id!r}")
+        if classify(code) is ErrorClass.FATAL:
+            raise TransactionFatalError(str(error)) from error
+        raise TransactionAbortableError(str(error)) from error
+
+    def _coordinator(self, sender: Sender) -> _Coordinator:
+        return _Coordinator(sender.cluster, self.transactional_id, self.retry_backoff_ms)
+
+    def _add_partitions(self, sender: Sender, pending: list[tuple[str, int]]) -> None:
+        topics: dict[str, list[int]] = {}
+        for topic, partition in pending:
+            topics.setdefault(topic, []).append(partition)
+        state = self.state
+
+        def build(connection: Any) -> tuple[Any, int]:
+            request = AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=self.transactional_id,
+                v3_and_below_producer_id=state.producer_id,
+                v3_and_below_producer_epoch=state.producer_epoch,
+                v3_and_below_topics=[AddPartitionsToTxnTopic(name=name, partitions=parts)
+                                     for name, parts in topics.items()])
+            return request, min(connection.version_for(ApiKey.ADD_PARTITIONS_TO_TXN),
+                                ADD_PARTITIONS_MAX)
+
+        def first_error(response: Any) -> int:
+            codes = [p.partition_error_code for t in response.results_by_topic_v3_and_below
+                     for p in t.results_by_partition if p.partition_error_code]
+            real = [c for c in codes if c != ErrorCode.OPERATION_NOT_ATTEMPTED]
+            return (real or codes or [0])[0]
+
+        response = self._coordinator(sender).call(build, "AddPartitionsToTxn",
+                                                  sender.config.max_block_ms, first_error)
+        self._raise_for(first_error(response), f"adding partitions {pending}")
+        self.partitions.update(pending)
+
+    # --- tasks (sender thread) ---------------------------------------------------------------
+
+    def init_task(self, sender: Sender, timeout_ms: int) -> None:
+        """FindCoordinator + InitProducerId: fences older producers of this id and completes
+        (commits or aborts) whatever transaction they left."""
+        def build(connection: Any) -> tuple[Any, int]:
+            version = min(connection.version_for(ApiKey.INIT_PRODUCER_ID), INIT_PRODUCER_ID_MAX)
+            return InitProducerIdRequest(
+                transactional_id=self.transactional_id,
+                transaction_timeout_ms=self.transaction_timeout_ms), version
+
+        response = self._coordinator(sender).call(build, "InitProducerId", timeout_ms)
+        if response.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT:
+            raise TransactionFatalError(
+                f"transaction.timeout.ms={self.transaction_timeout_ms} is not accepted by the "
+                "broker: it must be positive and at most the broker's transaction.max.timeout.ms"
+                " (15 minutes by default)")
+        self._raise_for(response.error_code, "InitProducerId")
+        self.state.set_producer_id(response.producer_id, response.producer_epoch)
+        with sender.lock:
+            sender.accumulator.new_partitions.clear()
+
+    def begin_task(self, sender: Sender, timeout_ms: int) -> int:
+        """Choose the protocol of the transaction about to begin."""
+        node = self._coordinator(sender).node(timeout_ms)
+        connection = sender.client.connection(node)
+        self.protocol = choose_protocol(connection.finalized_features, connection.api_ranges)
+        self.partitions = set()
+        self.has_offsets = False
+        self.record_count = 0
+        return self.protocol
+
+    def send_offsets_task(self, sender: Sender, offsets: Mapping[tuple[str, int], Any],
+                          group_id: str, timeout_ms: int) -> None:
+        state = self.state
+        coordinator = self._coordinator(sender)
+        if self.protocol != 2:
+            def build_add(connection: Any) -> tuple[Any, int]:
+                return AddOffsetsToTxnRequest(
+                    transactional_id=self.transactional_id, producer_id=state.producer_id,
+                    producer_epoch=state.producer_epoch, group_id=group_id), \
+                    min(connection.version_for(ApiKey.ADD_OFFSETS_TO_TXN), TV1_TXN_MAX)
+
+            response = coordinator.call(build_add, "AddOffsetsToTxn", timeout_ms)
+            self._raise_for(response.error_code, f"adding group {group_id!r} to the transaction")
+        self.has_offsets = True
+        topics: dict[str, list[TxnOffsetCommitRequestPartition]] = {}
+        for (topic, partition), value in sorted(offsets.items()):
+            offset, metadata = value if isinstance(value, tuple) else (value, "")
+            topics.setdefault(topic, []).append(TxnOffsetCommitRequestPartition(
+                partition_index=partition, committed_offset=int(offset),
+                committed_metadata=metadata))
+        cluster = sender.cluster
+        protocol = self.protocol
+
+        def build_commit(connection: Any) -> tuple[Any, int]:
+            negotiated = connection.version_for(ApiKey.TXN_OFFSET_COMMIT)
+            version = TV2_TXN_OFFSET_COMMIT if protocol == 2 else min(negotiated, TV1_TXN_MAX)
+            return TxnOffsetCommitRequest(
+                transactional_id=self.transactional_id, group_id=group_id,
+                producer_id=state.producer_id, producer_epoch=state.producer_epoch,
+                generation_id=-1, member_id="", group_instance_id=None,
+                topics=[TxnOffsetCommitRequestTopic(name=name, partitions=parts)
+                        for name, parts in topics.items()]), version
+
+        def first_error(response: Any) -> int:
+            codes = [p.error_code for t in response.topics for p in t.partitions if p.error_code]
+            return codes[0] if codes else 0
+
+        group = _Coordinator(cluster, group_id, self.retry_backoff_ms, CoordinatorType.GROUP)
+        response = group.call(build_commit, "TxnOffsetCommit", timeout_ms, first_error)
+        self._raise_for(first_error(response), f"committing offsets of group {group_id!r}")
+
+    def end_task(self, sender: Sender, commit: bool, timeout_ms: int) -> None:
+        """EndTxn(commit or abort) at the version of this transaction's protocol."""
+        protocol = self.protocol or 1
+        state = self.state
+
+        def build(connection: Any) -> tuple[Any, int]:
+            version = end_txn_version(connection.version_for(ApiKey.END_TXN), protocol,
+                                      self.transactional_id)
+            return EndTxnRequest(transactional_id=self.transactional_id,
+                                 producer_id=state.producer_id,
+                                 producer_epoch=state.producer_epoch, committed=commit), version
+
+        what = "committing" if commit else "aborting"
+        response = self._coordinator(sender).call(build, f"EndTxn ({what})", timeout_ms)
+        self._raise_for(response.error_code, f"{what} the transaction")
+        if protocol == 2 and response.producer_id >= 0:
+            # KIP-890: the coordinator bumped the epoch; the next transaction uses it.
+            state.set_producer_id(response.producer_id, response.producer_epoch)
+
+    def token(self) -> TransactionToken:
+        return TransactionToken(
+            transactional_id=self.transactional_id, producer_id=self.state.producer_id,
+            producer_epoch=self.state.producer_epoch, protocol_version=self.protocol or 1,
+            partitions=tuple(sorted(self.partitions)), record_count=self.record_count,
+            has_offsets=self.has_offsets)
+
+
+def complete_transaction(client_config: ClientConfig | Mapping[str, str],
+                         token: TransactionToken, commit: bool,
+                         timeout_ms: int = 60_000) -> str:
+    """Commit (or abort) the prepared transaction ``token`` describes, from any process.
+
+    Returns ``"committed"``, ``"aborted"`` or ``"empty"`` (nothing to end). Safe to repeat:
+    ending an already ended transaction the same way succeeds. Raises
+    ``TransactionLostError`` when a commit finds the transaction aborted (it outlived
+    ``transaction.timeout.ms``, or a newer producer with the same transactional.id fenced
+    it): its records are gone, which for an exactly-once sink is data loss.
+    """
+    if token.is_empty:
+        return "empty"
+    config = client_config if isinstance(client_config, ClientConfig) else \
+        ClientConfig.from_properties(client_config)
+    what = "commit" if commit else "abort"
+    with Cluster.connect(config) as cluster:
+        coordinator = _Coordinator(cluster, token.transactional_id, config.retry_backoff_ms)
+
+        def build(connection: Any) -> tuple[Any, int]:
+            version = end_txn_version(connection.version_for(ApiKey.END_TXN),
+                                      token.protocol_version, token.transactional_id)
+            return EndTxnRequest(transactional_id=token.transactional_id,
+                                 producer_id=token.producer_id,
+                                 producer_epoch=token.producer_epoch, committed=commit), version
+
+        response = coordinator.call(build, f"EndTxn ({what})", timeout_ms)
+    code = response.error_code
+    if not code:
+        return "committed" if commit else "aborted"
+    if code in LOST_CODES:
+        name = BrokerError(code).name
+        if commit:
+            raise TransactionLostError(
+                f"transaction lost: committing transactional.id {token.transactional_id!r} "
+                f"(producer {token.producer_id}, epoch {token.producer_epoch}, protocol "
+                f"v{token.protocol_version}) failed with {name}. The coordinator already "
+                "aborted it, because it stayed open longer than transaction.timeout.ms or a "
+                "newer producer with the same transactional.id fenced it; its "
+                f"{token.record_count} records will never be visible to read_committed readers")
+        log.info("abort of transactional.id %r: %s (it was already ended)",
+                 token.transactional_id, name)
+        if code == ErrorCode.INVALID_TXN_STATE:
+            raise TransactionFatalError(
+                f"cannot abort transactional.id {token.transactional_id!r}: {name} (it was "
+                "probably committed already)")
+        return "aborted"
+    raise BrokerError(code, f"EndTxn ({what}) of transactional.id {token.transactional_id!r}")

@@ -1,0 +1,182 @@
+"""Choosing the partition of a record: Java's default partitioner, byte for byte.
+
+Layer: protocol (sans-IO: stdlib, plus numpy for the bulk hash). Specs: the Java client's
+``BuiltInPartitioner`` / ``Utils.murmur2``, KIP-480 (sticky partitioning of unkeyed records)
+and KIP-794 (switch after ``batch.size`` bytes rather than on every new batch).
+
+Three rules, in order:
+
+1. An explicit partition wins.
+2. A keyed record goes to ``(murmur2(key) & 0x7fffffff) % partitions``: the same partition a
+   JVM producer (or librdkafka's ``murmur2_random``) picks for the same key bytes, so mixed
+   producers keep per-key ordering.
+3. An unkeyed record (or any record when ``partitioner.ignore.keys``) goes to the topic's
+   *sticky* partition, which changes only after ``batch.size`` bytes went to it. Spreading
+   records one by one would make many small batches; sticking fills one batch at a time.
+
+``murmur2`` returns Java's signed 32-bit ``int``; ``murmur2_many`` hashes many keys at once
+for the columnar send path.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections.abc import Sequence
+
+_SEED = 0x9747B28C
+_M = 0x5BD1E995
+_MASK32 = 0xFFFFFFFF
+_WORDS: dict[int, struct.Struct] = {}
+
+
+def murmur2(data: bytes | bytearray | memoryview) -> int:
+    """Kafka's MurmurHash2 of ``data`` as Java's signed int (``Utils.murmur2``)."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK32
+    words = length >> 2
+    if words:
+        unpack = _WORDS.get(words)
+        if unpack is None:
+            unpack = _WORDS.setdefault(words, struct.Struct(f"<{words}I"))
+        for k in unpack.unpack_from(data):
+            k = (k * _M) & _MASK32
+            k ^= k >> 24
+            k = (k * _M) & _MASK32
+            h = ((h * _M) & _MASK32) ^ k
+    tail = length & 3
+    if tail:
+        base = length & ~3
+        if tail == 3:
+            h ^= data[base + 2] << 16
+        if tail >= 2:
+            h ^= data[base + 1] << 8
+        h ^= data[base]
+        h = (h * _M) & _MASK32
+    h ^= h >> 13
+    h = (h * _M) & _MASK32
+    h ^= h >> 15
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes | bytearray | memoryview, num_partitions: int) -> int:
+    """The Java default partition of a keyed record: positive murmur2 modulo the count."""
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+def murmur2_many(keys: Sequence[bytes]) -> list[int]:
+    """``murmur2`` of each key, vectorised with numpy over keys of equal length.
+
+    Keys are grouped by length, so each group is a 2-D array of 32-bit words hashed column by
+    column; the cost is a few numpy operations per 4 bytes of the longest key, whatever the
+    number of keys. Falls back to the scalar hash for a handful of keys.
+    """
+    if len(keys) < 64:
+        return [murmur2(key) for key in keys]
+    import numpy as np
+
+    out = np.empty(len(keys), dtype=np.int64)
+    by_length: dict[int, list[int]] = {}
+    for index, key in enumerate(keys):
+        by_length.setdefault(len(key), []).append(index)
+    m = np.uint64(_M)
+    mask = np.uint64(_MASK32)
+    for length, rows in by_length.items():
+        blob = np.frombuffer(b"".join(keys[i] for i in rows), dtype=np.uint8)
+        matrix = blob.reshape(len(rows), length) if length else blob.reshape(len(rows), 0)
+        h = np.full(len(rows), (_SEED ^ length) & _MASK32, dtype=np.uint64)
+        words = length >> 2
+        if words:
+            # Little-endian 32-bit words, widened so products fit before masking.
+            word_matrix = np.ascontiguousarray(matrix[:, : words * 4]).view("<u4").astype(np.uint64)
+            for column in range(words):
+                k = (word_matrix[:, column] * m) & mask
+                k ^= k >> np.uint64(24)
+                k = (k * m) & mask
+                h = ((h * m) & mask) ^ k
+        tail = length & 3
+        if tail:
+            base = length & ~3
+            if tail == 3:
+                h ^= matrix[:, base + 2].astype(np.uint64) << np.uint64(16)
+            if tail >= 2:
+                h ^= matrix[:, base + 1].astype(np.uint64) << np.uint64(8)
+            h ^= matrix[:, base].astype(np.uint64)
+            h = (h * m) & mask
+        h ^= h >> np.uint64(13)
+        h = (h * m) & mask
+        h ^= h >> np.uint64(15)
+        signed = h.astype(np.int64)
+        signed[signed >= 0x80000000] -= 0x100000000
+        out[rows] = signed
+    return out.tolist()
+
+
+def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> list[int]:
+    """``partition_for_key`` for many keys at once (see ``murmur2_many``)."""
+    return [(h & 0x7FFFFFFF) % num_partitions for h in murmur2_many(keys)]
+
+
+class StickyPartitioner:
+    """The sticky partition of each topic for unkeyed records (KIP-480 / KIP-794).
+
+    ``partition(topic, partitions, record_bytes)`` returns the current sticky partition and
+    counts ``record_bytes`` against it; once ``batch_size_bytes`` have gone to it, the next
+    record picks another partition at random (uniformly among ``partitions``, never the one
+    just left when there is a choice). ``partitions`` is the list of partitions that have a
+    leader, so a partition that is offline is not chosen.
+    """
+
+    __slots__ = ("_batch_size_bytes", "_random", "_state")
+
+    def __init__(self, batch_size_bytes: int, rng: random.Random | None = None) -> None:
+        self._batch_size_bytes = batch_size_bytes
+        self._random = rng or random.Random()
+        # topic -> [partition, bytes produced to it since it was chosen]
+        self._state: dict[str, list[int]] = {}
+
+    def partition(self, topic: str, partitions: Sequence[int], record_bytes: int) -> int:
+        state = self._state.get(topic)
+        if state is None or state[0] not in partitions:
+            state = self._state[topic] = [self._random.choice(partitions), 0]
+        elif state[1] >= self._batch_size_bytes:
+            state[0] = self._next(state[0], partitions)
+            state[1] = 0
+        state[1] += record_bytes
+        return state[0]
+
+    def _next(self, previous: int, partitions: Sequence[int]) -> int:
+        if len(partitions) == 1:
+            return partitions[0]
+        while True:
+            choice = self._random.choice(partitions)
+            if choice != previous:
+                return choice
+
+    def run(self, topic: str, partitions: Sequence[int], cumulative: Sequence[int],
+            start: int, end: int) -> tuple[int, int]:
+        """For records ``start:end`` (``cumulative`` sizes as in ``append_many``): the sticky
+        partition and where its run of records stops, counting their bytes against it."""
+        import bisect
+
+        state = self._state.get(topic)
+        if state is None or state[0] not in partitions:
+            state = self._state[topic] = [self._random.choice(partitions), 0]
+        elif state[1] >= self._batch_size_bytes:
+            state[0] = self._next(state[0], partitions)
+            state[1] = 0
+        room = self._batch_size_bytes - state[1]
+        stop = bisect.bisect_left(cumulative, cumulative[start] + room, start + 1, end + 1)
+        stop = min(max(stop, start + 1), end)
+        state[1] += cumulative[stop] - cumulative[start]
+        return state[0], stop
+
+    def used_bytes(self, topic: str) -> int:
+        """Bytes counted against the current sticky partition of ``topic``."""
+        state = self._state.get(topic)
+        return 0 if state is None else state[1]
+
+    def current(self, topic: str) -> int | None:
+        """The sticky partition of ``topic``, or None before its first unkeyed record."""
+        state = self._state.get(topic)
+        return None if state is None else state[0]
