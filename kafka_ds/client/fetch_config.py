@@ -1,0 +1,160 @@
+"""Fetcher settings from Java-style properties, and the fetcher's metrics.
+
+Layer: client.
+
+Kafka's consumer option names and defaults (``fetch.min.bytes`` 1, ``fetch.max.bytes`` 50 MiB,
+``fetch.max.wait.ms`` 500, ``isolation.level`` read_uncommitted, ``check.crcs`` true,
+``client.rack``), so the ``kafka.*`` options a Spark user already passes mean the same here.
+
+One default differs on purpose: ``max.partition.fetch.bytes`` is 4 MiB, not 1 MiB. A Python
+reader pays a fixed cost per response and per decode call that the JVM does not; measured
+against a local broker (integration/benchmarks/bench_fetcher.py), 4 MiB responses read a
+single partition 30-60 % faster than 1 MiB ones. Memory stays bounded by ``fetch.max.bytes``.
+
+Options that are ours, not the Java consumer's:
+
+* ``fail.on.data.loss`` (true): what to do when requested offsets are gone (Spark's
+  ``failOnDataLoss``): raise ``DataLossError``, or skip to the earliest available offset.
+* ``fetch.timeout.ms`` (120000, like Spark's ``kafkaConsumer.pollTimeoutMs`` default): how long
+  a partition may make no progress (no response, leader unavailable, waiting for offsets that
+  are not yet readable) before the read fails with ``KafkaTimeoutError``.
+* ``arrow.batch.rows`` (65536): rows per yielded Arrow batch, at most. Smaller pieces are
+  joined up to it while more data is already buffered.
+* ``include.headers`` (false): add Spark's ``headers`` column.
+* ``fetch.max.decompressed.bytes`` (256 MiB): cap on what one partition's compressed batches in
+  one response may inflate to (a decompression bomb stops here).
+* ``decode.threads`` (0): threads decoding responses while the calling thread receives the
+  next ones and hands out Arrow batches (decompression, CRC, numpy and Arrow release the GIL
+  for most of a decode). 0 decodes in the calling thread. Each thread allows one more
+  buffered response per broker. Measured on 2 cores shared with the broker, 1 or 2 threads
+  gained nothing consistent (-25 % to +25 % by case), so they are off by default; they may pay
+  where the broker is remote and cores are idle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kafka_ds.client.config import parse_int
+from kafka_ds.protocol.errors import ConfigError
+from kafka_ds.protocol.types import IsolationLevel
+
+FETCH_PROPERTIES = frozenset({
+    "fetch.min.bytes", "fetch.max.bytes", "fetch.max.wait.ms", "max.partition.fetch.bytes",
+    "isolation.level", "check.crcs", "client.rack", "fail.on.data.loss", "fetch.timeout.ms",
+    "arrow.batch.rows", "include.headers", "fetch.max.decompressed.bytes", "decode.threads",
+})
+
+_INT32_MAX = 2**31 - 1
+
+
+def parse_bool(properties: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = properties.get(name)
+    if raw is None:
+        return default
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}")
+
+
+@dataclass(frozen=True)
+class FetchConfig:
+    """How the fetcher asks for data. Picklable (it travels to Spark executors)."""
+
+    fetch_min_bytes: int = 1
+    fetch_max_bytes: int = 52_428_800
+    fetch_max_wait_ms: int = 500
+    max_partition_fetch_bytes: int = 4 * 1_048_576
+    isolation_level: int = IsolationLevel.READ_UNCOMMITTED
+    check_crcs: bool = True
+    client_rack: str = ""
+    fail_on_data_loss: bool = True
+    fetch_timeout_ms: int = 120_000
+    arrow_batch_rows: int = 65_536
+    include_headers: bool = False
+    max_decompressed_bytes: int = 256 * 1024 * 1024
+    decode_threads: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        checks = [
+            ("fetch.min.bytes", self.fetch_min_bytes, 0, _INT32_MAX),
+            ("fetch.max.bytes", self.fetch_max_bytes, 1, _INT32_MAX),
+            ("fetch.max.wait.ms", self.fetch_max_wait_ms, 0, _INT32_MAX),
+            ("max.partition.fetch.bytes", self.max_partition_fetch_bytes, 1, _INT32_MAX),
+            ("fetch.timeout.ms", self.fetch_timeout_ms, 1, None),
+            ("arrow.batch.rows", self.arrow_batch_rows, 1, None),
+            ("fetch.max.decompressed.bytes", self.max_decompressed_bytes, 1, None),
+            ("decode.threads", self.decode_threads, 0, 8),
+        ]
+        for name, value, low, high in checks:
+            if not isinstance(value, int) or value < low or (high is not None and value > high):
+                bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+                raise ConfigError(f"{name} must be an integer {bound}, got {value!r}")
+        if self.isolation_level not in (IsolationLevel.READ_UNCOMMITTED,
+                                        IsolationLevel.READ_COMMITTED):
+            raise ConfigError(f"isolation.level must be read_uncommitted or read_committed, "
+                              f"got {self.isolation_level!r}")
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == IsolationLevel.READ_COMMITTED
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str]) -> FetchConfig:
+        """Read the fetch options (Java names); others are ignored (see ``ClientConfig``)."""
+        isolation = properties.get("isolation.level", "read_uncommitted")
+        try:
+            isolation_level = IsolationLevel.parse(str(isolation))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return cls(
+            fetch_min_bytes=parse_int(properties, "fetch.min.bytes", 1, minimum=0),
+            fetch_max_bytes=parse_int(properties, "fetch.max.bytes", 52_428_800, minimum=1),
+            fetch_max_wait_ms=parse_int(properties, "fetch.max.wait.ms", 500, minimum=0),
+            max_partition_fetch_bytes=parse_int(properties, "max.partition.fetch.bytes",
+                                                4 * 1_048_576, minimum=1),
+            isolation_level=isolation_level,
+            check_crcs=parse_bool(properties, "check.crcs", True),
+            client_rack=str(properties.get("client.rack", "") or ""),
+            fail_on_data_loss=parse_bool(properties, "fail.on.data.loss", True),
+            fetch_timeout_ms=parse_int(properties, "fetch.timeout.ms", 120_000, minimum=1),
+            arrow_batch_rows=parse_int(properties, "arrow.batch.rows", 65_536, minimum=1),
+            include_headers=parse_bool(properties, "include.headers", False),
+            max_decompressed_bytes=parse_int(properties, "fetch.max.decompressed.bytes",
+                                             256 * 1024 * 1024, minimum=1),
+            decode_threads=parse_int(properties, "decode.threads", 0, minimum=0),
+        )
+
+
+@dataclass
+class FetchMetrics:
+    """Counters of one fetcher (cumulative over its reads). Times in nanoseconds."""
+
+    records: int = 0  # rows handed to the caller
+    bytes: int = 0  # record bytes received (batches as on the wire)
+    fetch_requests: int = 0
+    full_requests: int = 0
+    incremental_requests: int = 0
+    session_resets: int = 0  # FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH ...
+    retries: int = 0  # partition errors and lost connections that were retried
+    data_loss_incidents: int = 0
+    offsets_skipped: int = 0  # offsets jumped over with fail.on.data.loss=false
+    fetch_wait_ns: int = 0  # blocked waiting for the network
+    decode_ns: int = 0  # decoding and building Arrow batches
+    per_node_requests: dict[int, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, int]:
+        values = {name: value for name, value in vars(self).items()
+                  if isinstance(value, int)}
+        values["fetch_wait_ms"] = self.fetch_wait_ns // 1_000_000
+        values["decode_ms"] = self.decode_ns // 1_000_000
+        return values

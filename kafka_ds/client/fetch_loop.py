@@ -1,0 +1,540 @@
+"""The fetch engine behind ``Fetcher``: sessions per broker, prefetch, errors, data loss.
+
+Layer: client. ``fetcher`` explains the pipeline and the memory bound; this module is the
+mechanism. One ``FetchLoop`` serves one read (a set of offset ranges) and is driven by
+iterating ``run``, which yields ``(TopicPartition, RecordColumns)`` per decoded chunk and
+``(tp, None)`` just before it must wait for the network (the caller's cue to flush output).
+
+Error handling, per partition unless said otherwise:
+
+* NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION,
+  OFFSET_NOT_AVAILABLE and other retriable errors, a lost connection or a request timeout (all
+  of that broker's partitions): refresh metadata, wait ``retry.backoff.ms``, find the leader
+  again and continue from the same position. Bounded by ``fetch.timeout.ms`` of no progress.
+* FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH (the whole response): the session
+  resets and the next request is full; no data is lost because positions did not move.
+* OFFSET_OUT_OF_RANGE: ListOffsets decides. Below the log start, or beyond the log end, is
+  data loss; inside the log it was a race (leader change): retry.
+* Data returned from above the requested offset while the log start is above it too: the
+  records in between were deleted (retention, DeleteRecords): data loss. The same gap with
+  the log start below the requested offset is compaction or markers: normal.
+* Data loss raises ``DataLossError`` (topic, partition, both offsets) once the data before it
+  has been handed out, or with ``fail.on.data.loss=false`` skips to the earliest available
+  offset, logging a warning and counting ``offsets_skipped``.
+
+Decoding runs in the calling thread, or with ``decode.threads`` in a small pool: chunks are
+submitted as responses arrive and handed out in arrival order (``Chunk.decoding``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka_ds.client import offsets as offset_lookup
+from kafka_ds.client.cluster import Cluster, UnknownTopicError
+from kafka_ds.client.fetch_config import FetchConfig, FetchMetrics
+from kafka_ds.client.fetch_state import (
+    BrokerFetch,
+    Chunk,
+    PartitionRead,
+    SentFetch,
+    scan_batches,
+)
+from kafka_ds.net.future import RequestFuture
+from kafka_ds.protocol.api_keys import ApiKey
+from kafka_ds.protocol.errors import (
+    BrokerError,
+    DataLossError,
+    ErrorCode,
+    KafkaDsError,
+    KafkaTimeoutError,
+    NetworkError,
+)
+from kafka_ds.protocol.fetch_session import (
+    TOPIC_ID_VERSION,
+    ZERO_UUID,
+    FetchSession,
+    PartitionFetch,
+    PendingFetch,
+)
+from kafka_ds.protocol.messages.fetch import FetchResponse, PartitionData
+from kafka_ds.protocol.read_committed import filter_committed
+from kafka_ds.protocol.record_columns import RecordColumns, decode_columns
+from kafka_ds.protocol.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+_SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+                   ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
+_NO_TP = TopicPartition("", -1)
+# Waiting for the network wakes up at least this often to check backoffs and timeouts.
+_POLL_SLICE_MS = 200
+
+
+@dataclass(eq=False)
+class FetchLoop:
+    cluster: Cluster
+    config: FetchConfig
+    metrics: FetchMetrics
+    include_headers: bool
+    sent_requests: deque[SentFetch] = field(default_factory=lambda: deque(maxlen=1000))
+
+    def __post_init__(self) -> None:
+        self.client = self.cluster.client
+        self.clock = self.client.clock
+        self._nodes: dict[int, BrokerFetch] = {}
+        self._parts: dict[TopicPartition, PartitionRead] = {}
+        self._queue: deque[Chunk] = deque()
+        self._request_timeout_ms = (self.client.config.request_timeout_ms
+                                    + self.config.fetch_max_wait_ms)
+        threads = self.config.decode_threads
+        self._decoder = (ThreadPoolExecutor(threads, thread_name_prefix="kafka_ds-decode")
+                         if threads else None)
+        # Responses a broker may have queued or decoding when its next request goes out.
+        self._max_buffered = max(1, threads)
+        self._responses = 0
+
+    # --- the driver ------------------------------------------------------------------------
+
+    def run(self, ranges: list[Any]) -> Iterator[tuple[TopicPartition, RecordColumns | None]]:
+        now_ms = self.clock.monotonic_ms()
+        for topic, partition, start, end in ranges:
+            tp = TopicPartition(topic, partition)
+            self._parts[tp] = PartitionRead(tp, start, end, start, now_ms, done=start >= end)
+        queue = self._queue
+        idle = False
+        try:
+            while True:
+                self._dispatch()
+                if queue and self._take_head(queue[0]):
+                    chunk = queue.popleft()
+                    columns = self._result(chunk)
+                    if columns is not None and len(columns):
+                        assert chunk.part is not None
+                        suspended_ms = self.clock.monotonic_ms()
+                        yield chunk.part.tp, columns
+                        self._resumed(suspended_ms)
+                    continue
+                if not queue and self._finished():
+                    break
+                if idle and not queue:  # caught up with the log: hand out what is pending
+                    suspended_ms = self.clock.monotonic_ms()
+                    yield _NO_TP, None
+                    self._resumed(suspended_ms)
+                idle = not self._collect(queue[0].decoding if queue else None)
+        finally:
+            for chunk in queue:
+                if chunk.decoding is not None:
+                    chunk.decoding.cancel()
+            queue.clear()
+            if self._decoder is not None:
+                self._decoder.shutdown(wait=True, cancel_futures=True)
+            self.close_sessions()
+
+    def _take_head(self, head: Chunk) -> bool:
+        """Hand the head chunk out now, or first take in more responses while it decodes?"""
+        if head.decoding is None or head.decoding.done():
+            return True
+        # Decoding in a thread: meanwhile receive the next response, if one may be buffered.
+        return not any(node.in_flight is not None and not node.in_flight[1].is_close
+                       for node in self._nodes.values())
+
+    def _result(self, chunk: Chunk) -> RecordColumns | None:
+        """The chunk's decoded columns (waiting for its thread), or raise its error."""
+        if chunk.error is not None:
+            raise chunk.error
+        node = self._nodes.get(chunk.node_id)
+        if node is not None:
+            left = node.buffered.get(chunk.response_id, 0) - 1
+            if left > 0:
+                node.buffered[chunk.response_id] = left
+            else:
+                node.buffered.pop(chunk.response_id, None)
+        if chunk.decoding is not None:
+            columns, elapsed_ns = chunk.decoding.result()
+        else:
+            columns, elapsed_ns = self._decode(chunk)
+        # The decoded columns are copies: let the response buffer go before the caller gets
+        # them, so it is not held while the caller works.
+        chunk.records = chunk.decoding = None
+        self.metrics.records += len(columns)
+        self.metrics.decode_ns += elapsed_ns
+        return columns
+
+    def _resumed(self, suspended_ms: int) -> None:
+        """Time the caller spent with a yielded batch is not time without progress."""
+        paused_ms = self.clock.monotonic_ms() - suspended_ms
+        if paused_ms > 0:
+            for part in self._parts.values():
+                part.last_progress_ms += paused_ms
+
+    def _finished(self) -> bool:
+        return all(p.done for p in self._parts.values()) and not any(
+            node.in_flight is not None and not node.in_flight[1].is_close
+            for node in self._nodes.values())
+
+    # --- sending ---------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        """Send the next Fetch to every broker that has partitions to read and none in flight."""
+        now_ms = self.clock.monotonic_ms()
+        wanted: dict[int, dict[TopicPartition, PartitionFetch]] = {}
+        max_bytes = self.config.max_partition_fetch_bytes
+        for part in self._parts.values():
+            if part.done or part.retry_at_ms > now_ms:
+                continue
+            if now_ms - part.last_progress_ms > self.config.fetch_timeout_ms:
+                raise self._stalled(part)
+            if part.node_id < 0 and not self._locate(part, now_ms):
+                continue
+            wanted.setdefault(part.node_id, {})[part.tp] = PartitionFetch(
+                part.position, max_bytes, part.topic_id, part.leader_epoch)
+        for node_id in set(wanted) | {n for n, node in self._nodes.items() if node.session.is_open}:
+            node = self._nodes.get(node_id)
+            if node is None:
+                node = self._nodes[node_id] = BrokerFetch(node_id, FetchSession(node_id))
+            if (node.in_flight is not None or node.retry_at_ms > now_ms
+                    or len(node.buffered) > self._max_buffered):
+                continue
+            partitions = wanted.get(node_id)
+            if partitions:
+                self._send(node, partitions)
+            else:  # nothing left to read there: close its session rather than leave it open
+                self._send_close(node)
+
+    def _send(self, node: BrokerFetch, partitions: dict[TopicPartition, PartitionFetch]) -> None:
+        try:
+            version = self.client.connection(node.node_id).version_for(ApiKey.FETCH)
+        except KafkaDsError as exc:
+            if not isinstance(exc, NetworkError | KafkaTimeoutError):
+                raise
+            self._node_failed(node, list(partitions), exc)
+            return
+        if version >= TOPIC_ID_VERSION and any(s.topic_id == ZERO_UUID
+                                               for s in partitions.values()):
+            version = TOPIC_ID_VERSION - 1  # metadata without topic ids: name topics instead
+        if version < 7:
+            raise KafkaDsError(f"broker {node.node_id} speaks Fetch v{version} only; kafka_ds "
+                               "needs v7+ (Kafka 1.1+) for fetch sessions")
+        config = self.config
+        pending = node.session.build(
+            partitions, version=version, max_wait_ms=config.fetch_max_wait_ms,
+            min_bytes=config.fetch_min_bytes, max_bytes=config.fetch_max_bytes,
+            isolation_level=config.isolation_level, rack_id=config.client_rack)
+        future = self.client.send(node.node_id, pending.request, version,
+                                  timeout_ms=self._request_timeout_ms)
+        node.in_flight = (future, pending)
+        self.sent_requests.append(SentFetch(node.node_id, version, pending.is_full,
+                                            pending.request))
+        metrics = self.metrics
+        metrics.fetch_requests += 1
+        if pending.is_full:
+            metrics.full_requests += 1
+        else:
+            metrics.incremental_requests += 1
+        metrics.per_node_requests[node.node_id] = metrics.per_node_requests.get(node.node_id, 0) + 1
+
+    def _send_close(self, node: BrokerFetch) -> None:
+        if not self.client.is_connected(node.node_id):
+            node.session.reset(close_existing=False)  # nothing to tell: the broker expires it
+            return
+        version = self.client.connection(node.node_id).version_for(ApiKey.FETCH)
+        pending = node.session.close_request(version=version,
+                                             isolation_level=self.config.isolation_level)
+        if pending is not None:
+            future = self.client.send(node.node_id, pending.request, version)
+            node.in_flight = (future, pending)
+            self.sent_requests.append(SentFetch(node.node_id, version, True, pending.request))
+
+    def close_sessions(self, timeout_ms: int = 2_000) -> None:
+        """Close every open session (epoch -1) and wait briefly for the answers."""
+        for node in self._nodes.values():
+            if node.in_flight is None and node.session.is_open:
+                try:
+                    self._send_close(node)
+                except KafkaDsError as exc:  # closing is a courtesy: the broker expires it
+                    log.debug("closing the fetch session with node %s: %s", node.node_id, exc)
+        futures = [node.in_flight[0] for node in self._nodes.values() if node.in_flight]
+        if futures:
+            with contextlib.suppress(KafkaDsError):
+                self.client.poll_until(lambda: all(f.done() for f in futures),
+                                       timeout_ms + self.config.fetch_max_wait_ms)
+        for node in self._nodes.values():
+            if node.in_flight is not None and node.in_flight[1].is_close:
+                node.in_flight = None
+            elif node.in_flight is not None:  # an abandoned fetch: its session is unusable
+                node.in_flight = None
+                node.session.reset(close_existing=True)
+            # A session whose close was not confirmed may still be open on the broker: the
+            # next full request (id, 0) retires it.
+
+    # --- receiving -------------------------------------------------------------------------
+
+    def _collect(self, decoding: Future[Any] | None = None) -> bool:
+        """Wait for a response (or a backoff to pass, or ``decoding`` to finish) and take in
+        every response that is done.
+
+        Returns True when new data was queued.
+        """
+        futures = [node.in_flight[0] for node in self._nodes.values() if node.in_flight]
+        started_ns = time.perf_counter_ns()
+        if decoding is not None:
+            # A decode thread finishing must interrupt a select() waiting for the network.
+            decoding.add_done_callback(lambda _: self.client.wakeup())
+        if futures:
+            self.client.poll_until(
+                lambda: any(f.done() for f in futures) or (
+                    decoding is not None and decoding.done()), _POLL_SLICE_MS)
+        else:
+            now_ms = self.clock.monotonic_ms()
+            waits = [p.retry_at_ms - now_ms for p in self._parts.values() if not p.done]
+            waits += [n.retry_at_ms - now_ms for n in self._nodes.values()]
+            self.clock.sleep_ms(max(1, min([_POLL_SLICE_MS, *[w for w in waits if w > 0]])))
+        self.metrics.fetch_wait_ns += time.perf_counter_ns() - started_ns
+        queued = len(self._queue)
+        for node in list(self._nodes.values()):
+            if node.in_flight is not None and node.in_flight[0].done():
+                future, pending = node.in_flight
+                node.in_flight = None
+                self._responses += 1
+                before = len(self._queue)
+                self._on_done(node, future, pending)
+                new_chunks = [c for c in itertools.islice(self._queue, before, None)
+                              if c.error is None]
+                if new_chunks:
+                    node.buffered[self._responses] = len(new_chunks)
+                for chunk in new_chunks:
+                    chunk.node_id, chunk.response_id = node.node_id, self._responses
+                    if self._decoder is not None:
+                        chunk.decoding = self._decoder.submit(self._decode, chunk)
+        return len(self._queue) > queued
+
+    def _on_done(self, node: BrokerFetch, future: RequestFuture[Any],
+                 pending: PendingFetch) -> None:
+        if pending.is_close:
+            return
+        now_ms = self.clock.monotonic_ms()
+        if future.failed():
+            error = future.error
+            node.session.on_failure(pending)
+            if not isinstance(error, NetworkError | KafkaTimeoutError):
+                raise error  # type: ignore[misc]
+            self._node_failed(node, list(pending.next_partitions), error)
+            return
+        response: FetchResponse = future.result()
+        outcome = node.session.on_response(pending, response)
+        if response.throttle_time_ms > 0:  # KIP-219: the broker asks us to slow down
+            node.retry_at_ms = now_ms + response.throttle_time_ms
+        if not outcome.ok:
+            self.metrics.session_resets += 1
+            code = outcome.error_code
+            why = outcome.problem or BrokerError(code).name
+            log.info("fetch session with node %s reset: %s", node.node_id, why)
+            if code == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR:
+                self.cluster.invalidate()
+            if code and code not in _SESSION_ERRORS:
+                error = BrokerError(code, f"Fetch from node {node.node_id}")
+                if not error.retriable:
+                    raise error
+                self._node_failed(node, list(pending.next_partitions), error)
+            return
+        for tp, data in outcome.partitions:
+            part = self._parts.get(tp)
+            state = pending.next_partitions.get(tp)
+            if (part is None or part.done or part.node_id != node.node_id or state is None
+                    or state.fetch_offset != part.position):
+                continue  # finished, moved or repositioned while this was in flight
+            self._on_partition(part, data, now_ms)
+
+    def _on_partition(self, part: PartitionRead, data: PartitionData, now_ms: int) -> None:
+        code = data.error_code
+        if code == ErrorCode.NONE:
+            part.high_watermark = data.high_watermark
+            part.last_stable_offset = data.last_stable_offset
+            part.log_start_offset = data.log_start_offset
+            if data.preferred_read_replica >= 0 and data.preferred_read_replica != part.node_id:
+                part.preferred_node = part.node_id = data.preferred_read_replica
+                return
+            records = data.records
+            if records is None or not len(records):
+                return
+            next_offset, first_offset = scan_batches(records)
+            if next_offset is None:
+                return  # only a cut-off batch: fetch again from the same position
+            self.metrics.bytes += len(records)
+            fetch_offset = part.position
+            assert first_offset is not None
+            if first_offset > fetch_offset and data.log_start_offset > fetch_offset:
+                loss = DataLossError(
+                    part.tp.topic, part.tp.partition, fetch_offset, data.log_start_offset,
+                    f"offsets up to {first_offset - 1} were deleted before they were read")
+                if not self._data_loss(part, loss, data.log_start_offset):
+                    return
+            aborted = None
+            if data.aborted_transactions:
+                aborted = [(a.producer_id, a.first_offset) for a in data.aborted_transactions]
+            self._queue.append(Chunk(part, records, fetch_offset, aborted))
+            self._advance(part, max(next_offset, fetch_offset), now_ms)
+            return
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            self._out_of_range(part)
+            return
+        error = BrokerError(code, f"fetching {part.tp} at offset {part.position}")
+        if not error.retriable:
+            raise error
+        self._retry_later(part, error, now_ms)
+
+    def _advance(self, part: PartitionRead, position: int, now_ms: int) -> None:
+        if position > part.position:
+            part.position = position
+            part.last_progress_ms = now_ms
+        if part.position >= part.end:
+            part.done = True
+
+    # --- errors ----------------------------------------------------------------------------
+
+    def _retry_later(self, part: PartitionRead, error: KafkaDsError, now_ms: int) -> None:
+        """Find the leader again after ``retry.backoff.ms``, continuing from the same position."""
+        self.metrics.retries += 1
+        part.last_error = str(error)
+        part.node_id = -1
+        part.preferred_node = -1
+        part.retry_at_ms = now_ms + self.cluster.retry_backoff_ms
+        if not isinstance(error, BrokerError) or error.invalid_metadata or error.code in (
+                ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
+                ErrorCode.OFFSET_NOT_AVAILABLE):
+            self.cluster.invalidate()
+
+    def _node_failed(self, node: BrokerFetch, tps: list[TopicPartition],
+                     error: KafkaDsError) -> None:
+        log.info("fetching from node %s failed (%s); finding leaders again", node.node_id, error)
+        now_ms = self.clock.monotonic_ms()
+        node.retry_at_ms = now_ms + self.cluster.retry_backoff_ms
+        for part in self._parts.values():
+            if not part.done and (part.tp in tps or part.node_id == node.node_id):
+                self._retry_later(part, error, now_ms)
+
+    def _locate(self, part: PartitionRead, now_ms: int) -> bool:
+        """Set the partition's node, leader epoch and topic id from metadata; False to wait."""
+        remaining_ms = self.config.fetch_timeout_ms - (now_ms - part.last_progress_ms)
+        timeout_ms = max(1, min(self.client.config.request_timeout_ms, remaining_ms))
+        try:
+            info = self.cluster.topic(part.tp.topic, timeout_ms=timeout_ms)
+        except UnknownTopicError:
+            self._data_loss(part, DataLossError(part.tp.topic, part.tp.partition, part.position,
+                                                -1, "the topic was deleted"), part.end)
+            return False
+        except (NetworkError, KafkaTimeoutError) as exc:
+            self._retry_later(part, exc, self.clock.monotonic_ms())
+            return False
+        if part.topic_id != ZERO_UUID and info.topic_id != part.topic_id:
+            self._data_loss(part, DataLossError(part.tp.topic, part.tp.partition, part.position,
+                                                -1, "the topic was deleted and recreated"),
+                            part.end)
+            return False
+        partition = info.partitions.get(part.tp.partition)
+        if partition is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                              f"{part.tp.topic} has no partition {part.tp.partition} "
+                              f"(it has {info.partition_count})")
+        if partition.leader_id < 0:
+            self._retry_later(part, KafkaDsError(f"{part.tp} has no leader"), now_ms)
+            return False
+        part.topic_id = info.topic_id
+        part.leader_epoch = partition.leader_epoch
+        part.node_id = partition.leader_id if part.preferred_node < 0 else part.preferred_node
+        return True
+
+    def _out_of_range(self, part: PartitionRead) -> None:
+        """OFFSET_OUT_OF_RANGE: data loss if the log no longer spans the position, else retry."""
+        tp = part.tp
+        lookup_ms = min(self.client.config.request_timeout_ms, self.config.fetch_timeout_ms)
+        try:
+            earliest = offset_lookup.earliest_offsets(self.cluster, [tp], timeout_ms=lookup_ms)
+            latest = offset_lookup.latest_offsets(self.cluster, [tp], timeout_ms=lookup_ms)
+        except (NetworkError, KafkaTimeoutError, BrokerError) as exc:
+            self._retry_later(part, exc, self.clock.monotonic_ms())
+            return
+        low, high = earliest[tp], latest[tp]
+        now_ms = self.clock.monotonic_ms()
+        if part.position < low:
+            self._data_loss(part, DataLossError(
+                tp.topic, tp.partition, part.position, low,
+                "the log start moved past it (retention or DeleteRecords)"), low)
+        elif part.position > high:
+            self._data_loss(part, DataLossError(
+                tp.topic, tp.partition, part.position, high,
+                f"the log ends at {high}, below it (truncated, or the topic was recreated)"),
+                part.end)
+        else:  # the offset exists: a leader change raced us
+            self._retry_later(part, BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                                f"fetching {tp} at {part.position}"), now_ms)
+
+    def _data_loss(self, part: PartitionRead, loss: DataLossError, resume_at: int) -> bool:
+        """Fail (queue the error behind the data before it) or skip to ``resume_at``.
+
+        Returns True when reading goes on (skip), False when the partition stops here.
+        """
+        self.metrics.data_loss_incidents += 1
+        if self.config.fail_on_data_loss:
+            loss.args = (f"{loss}. Set fail.on.data.loss=false (Spark: failOnDataLoss=false) "
+                         "to skip the missing offsets instead",)
+            part.done = True
+            self._queue.append(Chunk(None, None, part.position, None, loss))
+            return False
+        target = max(min(resume_at, part.end), part.position)
+        log.warning("%s; skipping %d offsets to %d because fail.on.data.loss=false", loss,
+                    target - part.position, target)
+        self.metrics.offsets_skipped += target - part.position
+        part.position = target
+        part.last_progress_ms = self.clock.monotonic_ms()
+        if part.position >= part.end:
+            part.done = True
+            return False
+        return True
+
+    def _stalled(self, part: PartitionRead) -> KafkaTimeoutError:
+        """The error for a partition that made no progress within ``fetch.timeout.ms``."""
+        readable = (part.last_stable_offset if self.config.read_committed
+                    else part.high_watermark)
+        detail = ""
+        if 0 <= readable <= part.position:
+            if self.config.read_committed and part.high_watermark > readable:
+                detail = (f"; the last stable offset is {readable}: a transaction is still "
+                          "open there and read_committed cannot read past it")
+            else:
+                detail = (f"; the partition ends at {readable} (high watermark): the range "
+                          "asks for offsets not written yet")
+        elif part.last_error:
+            detail = f"; last error: {part.last_error}"
+        return KafkaTimeoutError(
+            f"reading {part.tp} [{part.start}, {part.end}) made no progress at offset "
+            f"{part.position} for {self.config.fetch_timeout_ms} ms{detail}. "
+            "Raise fetch.timeout.ms to wait longer")
+
+    # --- decoding --------------------------------------------------------------------------
+
+    def _decode(self, chunk: Chunk) -> tuple[RecordColumns, int]:
+        """Decode one chunk; returns the columns and the time it took. Thread-safe: it touches
+        nothing but the chunk (numpy, Arrow, zstd, lz4 and crc32c release the GIL for most of
+        it, which is what a decode thread overlaps with the network and the caller)."""
+        started_ns = time.perf_counter_ns()
+        part = chunk.part
+        assert part is not None
+        config = self.config
+        columns = decode_columns(
+            chunk.records, start_offset=chunk.fetch_offset, end_offset=part.end,
+            include_headers=self.include_headers,
+            max_decompressed_bytes=config.max_decompressed_bytes, topic=part.tp.topic,
+            partition=part.tp.partition, verify_crc=config.check_crcs)
+        if config.read_committed and chunk.aborted:
+            columns = filter_committed(columns, chunk.aborted)
+        return columns, time.perf_counter_ns() - started_ns
