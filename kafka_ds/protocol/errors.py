@@ -114,6 +114,11 @@ class DataLossError(KafkaDsError):
             f"but the log now starts at {available_offset} ({reason})"
         )
 
+    def __reduce__(self) -> tuple[type[DataLossError], tuple[str, int, int, int, str]]:
+        # Spark ships task errors between processes: keep the fields, not just the text.
+        return (type(self), (self.topic, self.partition, self.requested_offset,
+                             self.available_offset, self.reason))
+
 
 class ErrorCode(IntEnum):
     """Kafka protocol error codes (the ``ErrorCode`` fields of responses)."""
