@@ -13,7 +13,11 @@ from integration.props import kafka_ds_properties
 from kafka_ds.client.admin import Admin, NewTopic
 from kafka_ds.client.cluster import UnknownTopicError
 from kafka_ds.client.offsets import (
-    earliest_offsets, latest_offsets, list_offsets, offsets_for_times, partitions_of,
+    earliest_offsets,
+    latest_offsets,
+    list_offsets,
+    offsets_for_times,
+    partitions_of,
 )
 from kafka_ds.protocol.errors import BrokerError
 from kafka_ds.protocol.types import IsolationLevel, TopicPartition
@@ -65,7 +69,7 @@ def test_create_describe_grow_and_delete_a_topic(admin: Admin) -> None:
 
 
 def test_create_topic_with_invalid_config_names_it(admin: Admin) -> None:
-    with pytest.raises(BrokerError, match="INVALID_CONFIG.*") as caught:
+    with pytest.raises(BrokerError, match="INVALID_CONFIG") as caught:
         admin.create_topics([NewTopic(f"bad-{uuid.uuid4().hex[:6]}", 1, 1,
                                       {"cleanup.policy": "sometimes"})])
     assert "creating topic" in str(caught.value)

@@ -19,7 +19,10 @@ from kafka_ds.client.cluster import Cluster, UnknownTopicError
 from kafka_ds.client.config import ClientConfig
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.errors import (
-    AuthenticationError, ConfigError, KafkaTimeoutError, NetworkError,
+    AuthenticationError,
+    ConfigError,
+    KafkaTimeoutError,
+    NetworkError,
 )
 
 LISTENERS = [
@@ -57,8 +60,9 @@ def test_metadata_over_every_listener(kafka: KafkaCluster, topic_factory, listen
 def test_oauthbearer_from_the_java_unsecured_jaas_options(kafka: KafkaCluster, topic) -> None:
     props = kafka_ds_properties(kafka, "SASL_OAUTH")
     del props["sasl.oauthbearer.token"]
-    props["sasl.jaas.config"] = ("org.apache.kafka.common.security.oauthbearer."
-                                 'OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="me";')
+    props["sasl.jaas.config"] = (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+        'unsecuredLoginStringClaim_sub="me";')
     with _connect(props) as cluster:
         assert cluster.topic(topic).partition_count == 1
 
@@ -74,7 +78,7 @@ def test_wrong_password_fails_fast_with_authentication_error(kafka: KafkaCluster
         kwargs["mechanism"] = mechanism
     started = time.monotonic()
     with _connect(kafka_ds_properties(kafka, listener, **kwargs)) as cluster, \
-            pytest.raises(AuthenticationError, match="(?i)authentication.*failed") as caught:
+            pytest.raises(AuthenticationError, match=r"(?i)authentication.*failed") as caught:
         cluster.topic(topic)
     assert time.monotonic() - started < 5
     assert "not-the-password" not in str(caught.value)
@@ -103,7 +107,7 @@ def test_hostname_must_match_the_certificate(kafka: KafkaCluster, topic, tmp_pat
         port = forward.port
     props["bootstrap.servers"] = f"{alias}:{port}"
     with _connect(props) as cluster, pytest.raises(AuthenticationError,
-                                                   match="(?i)hostname|IP address mismatch"):
+                                                   match=r"(?i)hostname|IP address mismatch"):
         cluster.client.any_connection()
     props["ssl.endpoint.identification.algorithm"] = ""
     with _connect(props) as cluster:
@@ -168,9 +172,9 @@ def test_unknown_topic_is_named(kafka: KafkaCluster) -> None:
 
 
 def test_bad_configuration_is_rejected_before_any_io() -> None:
-    with pytest.raises(ConfigError, match="bootstrap.servers"):
+    with pytest.raises(ConfigError, match=r"bootstrap\.servers"):
         ClientConfig.from_properties({})
-    with pytest.raises(ConfigError, match="security.protocol"):
+    with pytest.raises(ConfigError, match=r"security\.protocol"):
         ClientConfig.from_properties({"bootstrap.servers": "h:1", "security.protocol": "TLS"})
     with pytest.raises(ConfigError, match="GSSAPI"):
         ClientConfig.from_properties({"bootstrap.servers": "h:1",
@@ -179,7 +183,7 @@ def test_bad_configuration_is_rejected_before_any_io() -> None:
         ClientConfig.from_properties({"bootstrap.servers": "h:1", "security.protocol": "SSL",
                                       "ssl.truststore.location": "/x.jks",
                                       "ssl.truststore.type": "JKS"})
-    with pytest.raises(ConfigError, match="request.timeout.ms"):
+    with pytest.raises(ConfigError, match=r"request\.timeout\.ms"):
         ClientConfig.from_properties({"bootstrap.servers": "h:1", "request.timeout.ms": "soon"})
 
 

@@ -34,9 +34,9 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kafka_ds.protocol.compression import Compression
+from kafka_ds.protocol.record_builder import NewRecord, encode_batch
 from kafka_ds.protocol.record_columns import decode_columns, to_arrow
 from kafka_ds.protocol.record_encoder import encode_batch_columns
-from kafka_ds.protocol.records import NewRecord, encode_batch
 
 CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
           "lz4": Compression.LZ4, "zstd": Compression.ZSTD}

@@ -1,1 +1,1 @@
-"""Kafka client: cluster metadata, admin, offset lookups, the fetcher and the producer. Never imports pyspark."""
+"""Kafka client: metadata, admin, offset lookups, the fetcher and the producer. No pyspark."""

@@ -22,19 +22,31 @@ from kafka_ds.net.future import RequestFuture
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.errors import BrokerError, ErrorCode, KafkaTimeoutError
 from kafka_ds.protocol.messages.create_partitions import (
-    CreatePartitionsRequest, CreatePartitionsResponse, CreatePartitionsTopic,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
 )
 from kafka_ds.protocol.messages.create_topics import (
-    CreatableTopic, CreatableTopicConfig, CreateTopicsRequest, CreateTopicsResponse,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
 )
 from kafka_ds.protocol.messages.delete_records import (
-    DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsResponse, DeleteRecordsTopic,
+    DeleteRecordsPartition,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteRecordsTopic,
 )
 from kafka_ds.protocol.messages.delete_topics import (
-    DeleteTopicsRequest, DeleteTopicsResponse, DeleteTopicState,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DeleteTopicState,
 )
 from kafka_ds.protocol.messages.describe_configs import (
-    DescribeConfigsRequest, DescribeConfigsResource, DescribeConfigsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResponse,
 )
 from kafka_ds.protocol.types import TopicPartition
 
@@ -201,7 +213,8 @@ class Admin:
                     low_watermarks[tp] = part.low_watermark
         return low_watermarks
 
-    def describe_topic_config(self, topic: str, *, timeout_ms: int = 30_000) -> dict[str, str | None]:
+    def describe_topic_config(self, topic: str, *,
+                              timeout_ms: int = 30_000) -> dict[str, str | None]:
         """The effective configuration of ``topic`` (name -> value; secrets come back None)."""
         node_id, version = self._any_node(ApiKey.DESCRIBE_CONFIGS)
         request = DescribeConfigsRequest(resources=[DescribeConfigsResource(

@@ -23,10 +23,13 @@ from kafka_ds.net.pool import NetworkClient
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.errors import BrokerError, ErrorCode, KafkaTimeoutError
 from kafka_ds.protocol.messages.find_coordinator import (
-    FindCoordinatorRequest, FindCoordinatorResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
 )
 from kafka_ds.protocol.messages.metadata import (
-    MetadataRequest, MetadataRequestTopic, MetadataResponse,
+    MetadataRequest,
+    MetadataRequestTopic,
+    MetadataResponse,
 )
 
 log = logging.getLogger(__name__)
@@ -129,6 +132,7 @@ class Cluster:
         wanted = None if topics is None else sorted(set(topics) | set(self.topics))
         connection = self.client.any_connection()
         version = connection.version_for(ApiKey.METADATA)
+        request_topics: list[MetadataRequestTopic] | None
         if wanted is None:
             request_topics = None if version >= 1 else []
         else:

@@ -95,7 +95,8 @@ def unsecured_jwt(subject: str, lifetime_s: int = 3600) -> str:
         return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
     now_s = int(time.time())
-    return f"{part({'alg': 'none'})}.{part({'iat': now_s, 'exp': now_s + lifetime_s, 'sub': subject})}."
+    claims = {'iat': now_s, 'exp': now_s + lifetime_s, 'sub': subject}
+    return f"{part({'alg': 'none'})}.{part(claims)}."
 
 
 def _sasl_config(properties: Mapping[str, str], protocol: SecurityProtocol) -> SaslConfig | None:

@@ -23,7 +23,10 @@ from kafka_ds.net.future import RequestFuture
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.errors import BrokerError, KafkaDsError, KafkaTimeoutError, NetworkError
 from kafka_ds.protocol.messages.list_offsets import (
-    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopic,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopic,
 )
 from kafka_ds.protocol.types import IsolationLevel, TopicPartition
 
@@ -88,7 +91,8 @@ def _attempt(cluster: Cluster, pending: Mapping[TopicPartition, int], isolation_
                 current_leader_epoch=cluster.leader_epoch(tp.topic, tp.partition)))
         request = ListOffsetsRequest(
             replica_id=-1, isolation_level=isolation_level,
-            topics=[ListOffsetsTopic(name=name, partitions=parts) for name, parts in topics.items()])
+            topics=[ListOffsetsTopic(name=name, partitions=parts)
+                    for name, parts in topics.items()])
         version = _version(cluster, leader, wanted, isolation_level)
         in_flight.append((client.send(leader, request, version), wanted))
     client.poll_until(lambda: all(future.done() for future, _ in in_flight),

@@ -19,6 +19,7 @@ then fails with the reason, and its caller decides whether to retry.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import socket
@@ -34,7 +35,12 @@ from kafka_ds.net.transport import open_socket
 from kafka_ds.protocol.api_keys import ApiKey, negotiate, require
 from kafka_ds.protocol.connection import ProtocolConnection
 from kafka_ds.protocol.errors import (
-    AuthenticationError, DecodeError, ErrorCode, KafkaDsError, KafkaTimeoutError, NetworkError,
+    AuthenticationError,
+    DecodeError,
+    ErrorCode,
+    KafkaDsError,
+    KafkaTimeoutError,
+    NetworkError,
     ProtocolError,
 )
 from kafka_ds.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
@@ -124,12 +130,12 @@ class BrokerConnection:
             while True:
                 count = self.sock.recv_into(self.protocol.read_buffer())
                 if count == 0:
+                    protocol = self.config.security_protocol
                     raise NetworkError(
                         f"broker {self.address} closed the connection during "
                         f"{ApiKey(request.API_KEY).name}: does this listener expect "
-                        f"{'TLS' if not self.config.security_protocol.uses_tls else 'plaintext'}"
-                        f" or {'SASL' if not self.config.security_protocol.uses_sasl else 'no SASL'}?"
-                        " Check security.protocol")
+                        f"{'plaintext' if protocol.uses_tls else 'TLS'} or "
+                        f"{'no SASL' if protocol.uses_sasl else 'SASL'}? Check security.protocol")
                 received = self.protocol.bytes_received(count)
                 if received is not None:
                     return received.response
@@ -209,7 +215,8 @@ class BrokerConnection:
         """
         future: RequestFuture[Any] = RequestFuture()
         if self.sock is None:
-            future.fail(self.closed_error or NetworkError(f"connection to {self.address} is closed"))
+            future.fail(self.closed_error
+                        or NetworkError(f"connection to {self.address} is closed"))
             return future
         version = self.version_for(request.API_KEY) if version is None else version
         _, frame = self.protocol.send_request(request, version, expect_response)
@@ -286,10 +293,8 @@ class BrokerConnection:
         """Close the socket; every pending future fails with ``error`` (or a generic one)."""
         sock, self.sock = self.sock, None
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):  # closing a broken socket
                 sock.close()
-            except OSError:  # pragma: no cover - closing a broken socket
-                pass
         failure = error or NetworkError(f"connection to broker {self.address} was closed")
         self.closed_error = failure
         self.protocol.fail_all()

@@ -40,7 +40,7 @@ class RequestFuture(Generic[T]):
     def result(self) -> T:
         """The value; raises the error for a failed future and RuntimeError for a pending one."""
         if self._state == _SUCCEEDED:
-            return self._value  # type: ignore[no-any-return]
+            return self._value
         if self._state == _FAILED:
             assert self._error is not None
             raise self._error

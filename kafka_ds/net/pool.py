@@ -18,6 +18,7 @@ not hammered by every retry of every request.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import selectors
 import socket
@@ -29,7 +30,11 @@ from kafka_ds.net.clock import SYSTEM_CLOCK, Clock
 from kafka_ds.net.future import RequestFuture
 from kafka_ds.net.security import ConnectionConfig
 from kafka_ds.protocol.errors import (
-    AuthenticationError, ConfigError, KafkaDsError, KafkaTimeoutError, NetworkError,
+    AuthenticationError,
+    ConfigError,
+    KafkaDsError,
+    KafkaTimeoutError,
+    NetworkError,
 )
 from kafka_ds.protocol.schema import Request
 
@@ -82,7 +87,8 @@ class NetworkClient:
         self.config = config
         self.clock = clock
         self.bootstrap = parse_bootstrap(bootstrap_servers)
-        self._bootstrap_ids = {-(index + 1): address for index, address in enumerate(self.bootstrap)}
+        self._bootstrap_ids = {-(index + 1): address
+                               for index, address in enumerate(self.bootstrap)}
         self._nodes: dict[int, tuple[str, int]] = {}
         self._connections: dict[int, BrokerConnection] = {}
         self._backoff = _Backoff(config.reconnect_backoff_ms, config.reconnect_backoff_max_ms)
@@ -167,10 +173,8 @@ class NetworkClient:
         connection = self._connections.pop(node_id, None)
         registered = self._registered.pop(node_id, None)
         if registered is not None:
-            try:
+            with contextlib.suppress(KeyError, ValueError):  # already gone
                 self._selector.unregister(registered[0])
-            except (KeyError, ValueError):  # pragma: no cover - already gone
-                pass
         if connection is not None:
             connection.close(error)
 
@@ -241,9 +245,10 @@ class NetworkClient:
             if node_id is None:
                 self._drain_wakeups()
                 continue
-            connection = self._connections.get(node_id)
-            if connection is None:
+            ready = self._connections.get(node_id)
+            if ready is None:
                 continue
+            connection = ready
             if mask & selectors.EVENT_WRITE:
                 connection.on_writable()
             if mask & selectors.EVENT_READ:
@@ -258,10 +263,9 @@ class NetworkClient:
 
     def wakeup(self) -> None:
         """Interrupt a ``poll`` blocked in another thread. Thread-safe."""
-        try:
+        # A full pipe means a wakeup is already pending; an error, that we are closed.
+        with contextlib.suppress(BlockingIOError, OSError):
             self._wakeup_write.send(b"\0")
-        except (BlockingIOError, OSError):
-            pass  # the pipe is full, so a wakeup is already pending; or we are closed
 
     def _drain_wakeups(self) -> None:
         try:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from kafka_ds.protocol.errors import ConfigError
 from kafka_ds.protocol.sasl import OAuthBearer, Plain, SaslMechanism, Scram
 
 
-class SecurityProtocol(str, Enum):
+class SecurityProtocol(StrEnum):
     PLAINTEXT = "PLAINTEXT"
     SSL = "SSL"
     SASL_PLAINTEXT = "SASL_PLAINTEXT"
@@ -92,7 +92,8 @@ class SaslConfig:
                               f"{', '.join(self.SUPPORTED)}")
         if self.mechanism == "OAUTHBEARER":
             if not self.oauth_token:
-                raise ConfigError("sasl.mechanism=OAUTHBEARER needs a token (sasl.oauthbearer.token)")
+                raise ConfigError("sasl.mechanism=OAUTHBEARER needs a token "
+                                  "(sasl.oauthbearer.token)")
         elif self.username is None or self.password is None:
             raise ConfigError(f"sasl.mechanism={self.mechanism} needs a username and password "
                               "(sasl.jaas.config or sasl.username/sasl.password)")

@@ -24,7 +24,10 @@ from kafka_ds.protocol import primitives as p
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.errors import DecodeError, EncodeError, ProtocolError
 from kafka_ds.protocol.header import (
-    RequestHeader, read_response_header, response_header_is_flexible, write_request_header,
+    RequestHeader,
+    read_response_header,
+    response_header_is_flexible,
+    write_request_header,
 )
 from kafka_ds.protocol.schema import ApiMessage, Request, decode_exact, encode
 

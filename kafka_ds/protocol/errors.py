@@ -53,7 +53,8 @@ class DecodeError(ProtocolError):
     def __str__(self) -> str:
         where = f" at byte {self.position}" if self.position is not None else ""
         field = f" in {self._path_text()}" if self.field_path else ""
-        return f"cannot decode {self.what}{field}{where}" + (f": {self.detail}" if self.detail else "")
+        detail = f": {self.detail}" if self.detail else ""
+        return f"cannot decode {self.what}{field}{where}{detail}"
 
     def _path_text(self) -> str:
         # Outermost first: "MetadataResponse v12: topics[0].partitions[3].leader_id".

@@ -20,6 +20,7 @@ from typing import NamedTuple
 from kafka_ds.protocol import primitives as p
 from kafka_ds.protocol.api_keys import ApiKey
 
+
 class RequestHeader(NamedTuple):
     api_key: int
     api_version: int
@@ -36,7 +37,8 @@ def write_request_header(out: bytearray, header: RequestHeader, flexible: bool) 
         out.append(0)  # no tagged fields
 
 
-def read_request_header(buf: p.Buffer, pos: int, flexible_for: Callable[[int, int], bool]) -> tuple[RequestHeader, int]:
+def read_request_header(buf: p.Buffer, pos: int,
+                        flexible_for: Callable[[int, int], bool]) -> tuple[RequestHeader, int]:
     """Read a request header (the fake broker's direction). ``flexible_for(key, version)``."""
     api_key, pos = p.read_int16(buf, pos)
     api_version, pos = p.read_int16(buf, pos)

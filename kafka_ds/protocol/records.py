@@ -71,15 +71,6 @@ from kafka_ds.protocol.primitives import read_varint, read_varlong
 
 if TYPE_CHECKING:
     from kafka_ds.protocol.legacy_records import LegacyBatch
-    from kafka_ds.protocol.record_builder import NewRecord as NewRecord
-    from kafka_ds.protocol.record_builder import assemble_batch as assemble_batch
-    from kafka_ds.protocol.record_builder import batch_attributes as batch_attributes
-    from kafka_ds.protocol.record_builder import encode_batch as encode_batch
-    from kafka_ds.protocol.record_builder import encode_control_batch as encode_control_batch
-    from kafka_ds.protocol.record_builder import (
-        estimate_record_size_bytes as estimate_record_size_bytes,
-    )
-    from kafka_ds.protocol.record_builder import record_size_bytes as record_size_bytes
 
 Buffer = bytes | bytearray | memoryview
 Header = tuple[str, bytes | None]
@@ -515,21 +506,3 @@ def check_crc(buf: Buffer, pos: int, end: int, expected: int, base_offset: int,
             f"record batch at offset {base_offset}{where}", pos + CRC_OFFSET,
             f"CRC-32C is {actual:#010x}, the batch says {expected:#010x}",
         )
-
-
-# --- building batches: in record_builder, re-exported here ---------------------------------
-
-_BUILDER_NAMES = frozenset({
-    "NewRecord", "encode_batch", "encode_control_batch", "assemble_batch", "batch_attributes",
-    "record_size_bytes", "estimate_record_size_bytes",
-})
-
-
-def __getattr__(name: str) -> object:
-    # PEP 562: the encoder lives in record_builder (which imports this module), and is
-    # loaded on first use so that neither module needs the other at import time.
-    if name in _BUILDER_NAMES:
-        from kafka_ds.protocol import record_builder
-
-        return getattr(record_builder, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

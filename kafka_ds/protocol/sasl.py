@@ -76,7 +76,8 @@ def _escape_username(username: str) -> str:
 def _parse_attributes(message: bytes) -> dict[str, str]:
     try:
         text = message.decode("utf-8")
-        return dict(item.split("=", 1) for item in text.split(","))  # type: ignore[misc]
+        pairs = (item.split("=", 1) for item in text.split(","))
+        return {key: value for key, value in pairs}
     except (UnicodeDecodeError, ValueError) as exc:
         raise SaslError("malformed SCRAM message from the broker") from exc
 

@@ -66,7 +66,7 @@ class VersionRange(NamedTuple):
 NO_VERSIONS = VersionRange(1, 0)  # an empty range: contains nothing
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def versions(spec: str) -> VersionRange:
     """Parse the JSON spec notation: ``"3+"``, ``"0-7"``, ``"5"`` or ``"none"``."""
     spec = spec.strip()
@@ -156,7 +156,8 @@ def f(
     metadata = {_SPEC_KEY: spec}
     if default is not dataclasses.MISSING:
         if isinstance(default, list | dict):
-            raise TypeError("mutable defaults are shared between instances; use the implicit default")
+            raise TypeError("mutable defaults are shared between instances; "
+                            "use the implicit default")
         return dataclasses.field(default=default, metadata=metadata)
     if isinstance(wire_type, Array):
         return dataclasses.field(default_factory=list, metadata=metadata)

@@ -9,7 +9,7 @@ from kafka_ds.client.fetch_state import scan_batches
 from kafka_ds.client.fetcher import Fetcher, _ranges
 from kafka_ds.protocol.compression import Compression
 from kafka_ds.protocol.errors import ConfigError
-from kafka_ds.protocol.records import NewRecord, encode_batch
+from kafka_ds.protocol.record_builder import NewRecord, encode_batch
 from kafka_ds.protocol.types import IsolationLevel
 
 

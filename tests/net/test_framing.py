@@ -8,7 +8,9 @@ from kafka_ds.protocol.connection import FrameTooLargeError, ProtocolConnection
 from kafka_ds.protocol.errors import ProtocolError
 from kafka_ds.protocol.header import write_response_header
 from kafka_ds.protocol.messages.api_versions import (
-    ApiVersion, ApiVersionsRequest, ApiVersionsResponse,
+    ApiVersion,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
 )
 from kafka_ds.protocol.messages.metadata import MetadataRequest, MetadataResponse
 from kafka_ds.protocol.primitives import INT32

@@ -10,7 +10,8 @@ from contextlib import contextmanager
 import cramjam
 
 from kafka_ds.protocol.compression import Compression
-from kafka_ds.protocol.records import NewRecord, Record, encode_batch, iter_batches
+from kafka_ds.protocol.record_builder import NewRecord, encode_batch
+from kafka_ds.protocol.records import Record, iter_batches
 
 HEADER_KEYS = ["", "h", "trace-id", "\u00e9t\u00e9", "\u65e5\u672c"]
 

@@ -21,7 +21,13 @@ from hypothesis import strategies as st
 
 import kafka_ds.protocol.messages as messages_package
 from kafka_ds.protocol.schema import (
-    ApiMessage, Array, FieldSpec, Response, Scalar, Struct, field_specs,
+    ApiMessage,
+    Array,
+    FieldSpec,
+    Response,
+    Scalar,
+    Struct,
+    field_specs,
 )
 
 INT_RANGES: dict[str, tuple[int, int]] = {

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from kafka_ds.protocol import batch_encoder
-from kafka_ds.protocol.records import NewRecord, encode_batch
+from kafka_ds.protocol.record_builder import NewRecord, encode_batch
 
 BASE_MS = 1_800_000_000_000
 

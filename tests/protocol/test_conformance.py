@@ -22,7 +22,14 @@ import pytest
 import kafka_ds.protocol.messages as messages_package
 from kafka_ds.protocol.primitives import ZERO_UUID
 from kafka_ds.protocol.schema import (
-    NO_VERSIONS, ApiMessage, Array, Scalar, Struct, VersionRange, field_specs, versions,
+    NO_VERSIONS,
+    ApiMessage,
+    Array,
+    Scalar,
+    Struct,
+    VersionRange,
+    field_specs,
+    versions,
 )
 
 SPEC_DIR = Path(__file__).resolve().parents[3] / "shared" / "kafka-protocol"

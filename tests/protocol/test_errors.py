@@ -8,8 +8,15 @@ import pytest
 
 from kafka_ds.client.cluster import UnknownTopicError
 from kafka_ds.protocol.errors import (
-    BrokerError, CorruptRecordError, DataLossError, DecodeError, ErrorCode, KafkaDsError,
-    is_invalid_metadata, is_retriable, raise_for_code,
+    BrokerError,
+    CorruptRecordError,
+    DataLossError,
+    DecodeError,
+    ErrorCode,
+    KafkaDsError,
+    is_invalid_metadata,
+    is_retriable,
+    raise_for_code,
 )
 from kafka_ds.protocol.txn_state import ProducerFencedError, TransactionLostError
 

@@ -13,7 +13,8 @@ from record_samples import all_records, kafka_python_snappy, kafka_python_xxhash
 from kafka_ds.protocol.compression import Compression
 from kafka_ds.protocol.errors import CorruptRecordError, DecodeError
 from kafka_ds.protocol.legacy_records import LegacyBatch
-from kafka_ds.protocol.records import NewRecord, TimestampType, encode_batch, iter_batches
+from kafka_ds.protocol.record_builder import NewRecord, encode_batch
+from kafka_ds.protocol.records import TimestampType, iter_batches
 
 RECORDS = [(b"k0", b"v0"), (None, b"v1"), (b"k2", None), (b"", b""), (b"k4", b"x" * 3000)]
 

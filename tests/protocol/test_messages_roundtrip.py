@@ -23,18 +23,39 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schema_samples import (
-    INT_RANGES, all_versions, declared_messages, default_of, message_strategy, on_wire,
+    INT_RANGES,
+    all_versions,
+    declared_messages,
+    default_of,
+    message_strategy,
+    on_wire,
 )
 
 from kafka_ds.protocol.errors import DecodeError, EncodeError
 from kafka_ds.protocol.messages.fetch import (
-    AbortedTransaction, FetchableTopicResponse, FetchPartition, FetchRequest, FetchResponse,
-    FetchTopic, ForgottenTopic, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+    AbortedTransaction,
+    FetchableTopicResponse,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    ForgottenTopic,
+    LeaderIdAndEpoch,
+    NodeEndpoint,
+    PartitionData,
 )
 from kafka_ds.protocol.messages.init_producer_id import InitProducerIdResponse
 from kafka_ds.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
 from kafka_ds.protocol.schema import (
-    ApiMessage, Array, FieldSpec, Scalar, Struct, decode, decode_exact, encode, field_specs,
+    ApiMessage,
+    Array,
+    FieldSpec,
+    Scalar,
+    Struct,
+    decode,
+    decode_exact,
+    encode,
+    field_specs,
 )
 
 MESSAGES = declared_messages()

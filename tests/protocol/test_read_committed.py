@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 from kafka_ds.protocol.read_committed import aborted_batches, committed_mask, filter_committed
+from kafka_ds.protocol.record_builder import NewRecord, encode_batch, encode_control_batch
 from kafka_ds.protocol.record_columns import decode_columns
-from kafka_ds.protocol.records import (
-    ControlRecordType,
-    NewRecord,
-    encode_batch,
-    encode_control_batch,
-)
+from kafka_ds.protocol.records import ControlRecordType
 
 ABORT, COMMIT = ControlRecordType.ABORT, ControlRecordType.COMMIT
 

@@ -15,6 +15,7 @@ from record_samples import random_batches
 
 from kafka_ds.protocol.compression import Compression
 from kafka_ds.protocol.errors import CorruptRecordError, DecodeError
+from kafka_ds.protocol.record_builder import NewRecord, encode_batch, encode_control_batch
 from kafka_ds.protocol.record_columns import (
     HEADERS_TYPE,
     SPARK_SCHEMA,
@@ -24,13 +25,7 @@ from kafka_ds.protocol.record_columns import (
     to_arrow,
 )
 from kafka_ds.protocol.record_columns_legacy import decode_columns_per_record
-from kafka_ds.protocol.records import (
-    ControlRecordType,
-    NewRecord,
-    encode_batch,
-    encode_control_batch,
-    iter_batches,
-)
+from kafka_ds.protocol.records import ControlRecordType, iter_batches
 
 
 def assert_matches_simple(columns: RecordColumns, buf: bytes, start: int | None = None,

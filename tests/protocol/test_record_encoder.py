@@ -15,9 +15,10 @@ from record_samples import random_record
 from kafka_ds.protocol import record_encoder
 from kafka_ds.protocol.compression import Compression
 from kafka_ds.protocol.errors import EncodeError
+from kafka_ds.protocol.record_builder import NewRecord, encode_batch
 from kafka_ds.protocol.record_columns import HEADERS_TYPE, decode_columns
 from kafka_ds.protocol.record_encoder import encode_batch_columns, encode_records_section
-from kafka_ds.protocol.records import HEADER_BYTES, NewRecord, encode_batch
+from kafka_ds.protocol.records import HEADER_BYTES
 
 BATCH_OPTIONS = dict(base_offset=77, producer_id=12, producer_epoch=3, base_sequence=40,
                      partition_leader_epoch=5)

@@ -13,6 +13,13 @@ from record_samples import all_records, kafka_python_snappy, random_record
 
 from kafka_ds.protocol.compression import Compression
 from kafka_ds.protocol.errors import CorruptRecordError, DecodeError, EncodeError
+from kafka_ds.protocol.record_builder import (
+    NewRecord,
+    encode_batch,
+    encode_control_batch,
+    estimate_record_size_bytes,
+    record_size_bytes,
+)
 from kafka_ds.protocol.records import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
@@ -20,15 +27,10 @@ from kafka_ds.protocol.records import (
     MAGIC_OFFSET,
     RECORD_COUNT_OFFSET,
     ControlRecordType,
-    NewRecord,
     RecordBatch,
     TimestampType,
     decode_control_record,
-    encode_batch,
-    encode_control_batch,
-    estimate_record_size_bytes,
     iter_batches,
-    record_size_bytes,
 )
 
 CODECS = list(Compression)

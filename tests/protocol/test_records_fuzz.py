@@ -26,15 +26,13 @@ from test_legacy_records import build
 
 from kafka_ds.protocol.compression import Compression, compress, decompress
 from kafka_ds.protocol.errors import DecodeError
+from kafka_ds.protocol.record_builder import NewRecord, encode_batch, encode_control_batch
 from kafka_ds.protocol.record_columns import decode_columns
 from kafka_ds.protocol.records import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     HEADER_BYTES,
     ControlRecordType,
-    NewRecord,
-    encode_batch,
-    encode_control_batch,
     iter_batches,
 )
 

@@ -11,8 +11,9 @@ from test_legacy_records import build
 
 from kafka_ds.protocol.compression import Compression
 from kafka_ds.protocol.errors import DecodeError
+from kafka_ds.protocol.record_builder import encode_control_batch
 from kafka_ds.protocol.record_columns import decode_columns
-from kafka_ds.protocol.records import ControlRecordType, encode_control_batch, iter_batches
+from kafka_ds.protocol.records import ControlRecordType, iter_batches
 
 
 def _buffer() -> tuple[bytes, list[int]]:

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.schema import (
-    INT16, INT32, INT64, STRING, Array, Request, Response, Struct, f,
+    INT16,
+    INT32,
+    INT64,
+    STRING,
+    Array,
+    Request,
+    Response,
+    Struct,
+    f,
 )
 
 

@@ -11,7 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kafka_ds.protocol.api_keys import ApiKey
-from kafka_ds.protocol.schema import BOOL, INT16, INT32, INT64, STRING, Array, Request, Response, Struct, f
+from kafka_ds.protocol.schema import (
+    BOOL,
+    INT16,
+    INT32,
+    INT64,
+    STRING,
+    Array,
+    Request,
+    Response,
+    Struct,
+    f,
+)
 
 
 @dataclass(kw_only=True, slots=True)

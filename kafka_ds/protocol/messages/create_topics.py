@@ -14,7 +14,17 @@ from uuid import UUID as Uuid
 
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.schema import (
-    BOOL, INT8, INT16, INT32, STRING, UUID, Array, Request, Response, Struct, f,
+    BOOL,
+    INT8,
+    INT16,
+    INT32,
+    STRING,
+    UUID,
+    Array,
+    Request,
+    Response,
+    Struct,
+    f,
 )
 
 

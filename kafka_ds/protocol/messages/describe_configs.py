@@ -13,7 +13,16 @@ from dataclasses import dataclass
 
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.schema import (
-    BOOL, INT8, INT16, INT32, STRING, Array, Request, Response, Struct, f,
+    BOOL,
+    INT8,
+    INT16,
+    INT32,
+    STRING,
+    Array,
+    Request,
+    Response,
+    Struct,
+    f,
 )
 
 

@@ -15,7 +15,16 @@ from dataclasses import dataclass
 
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.schema import (
-    INT8, INT16, INT32, INT64, STRING, Array, Request, Response, Struct, f,
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    STRING,
+    Array,
+    Request,
+    Response,
+    Struct,
+    f,
 )
 
 

@@ -11,7 +11,16 @@ from uuid import UUID as Uuid
 
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.schema import (
-    BOOL, INT16, INT32, STRING, UUID, Array, Request, Response, Struct, f,
+    BOOL,
+    INT16,
+    INT32,
+    STRING,
+    UUID,
+    Array,
+    Request,
+    Response,
+    Struct,
+    f,
 )
 
 # Sentinel the broker sends when authorized operations were not requested.

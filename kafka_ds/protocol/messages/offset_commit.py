@@ -14,7 +14,16 @@ from uuid import UUID as Uuid
 
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.schema import (
-    INT16, INT32, INT64, STRING, UUID, Array, Request, Response, Struct, f,
+    INT16,
+    INT32,
+    INT64,
+    STRING,
+    UUID,
+    Array,
+    Request,
+    Response,
+    Struct,
+    f,
 )
 
 

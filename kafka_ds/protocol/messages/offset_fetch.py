@@ -15,7 +15,17 @@ from uuid import UUID as Uuid
 
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.schema import (
-    BOOL, INT16, INT32, INT64, STRING, UUID, Array, Request, Response, Struct, f,
+    BOOL,
+    INT16,
+    INT32,
+    INT64,
+    STRING,
+    UUID,
+    Array,
+    Request,
+    Response,
+    Struct,
+    f,
 )
 
 

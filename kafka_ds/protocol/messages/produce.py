@@ -19,7 +19,17 @@ from uuid import UUID as Uuid
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.primitives import Buffer
 from kafka_ds.protocol.schema import (
-    INT16, INT32, INT64, RECORDS, STRING, UUID, Array, Request, Response, Struct, f,
+    INT16,
+    INT32,
+    INT64,
+    RECORDS,
+    STRING,
+    UUID,
+    Array,
+    Request,
+    Response,
+    Struct,
+    f,
 )
 
 
