@@ -25,12 +25,12 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for the integration harness
 
-from integration.harness.cluster import KafkaCluster  # noqa: E402
-from kafka_ds.client.admin import Admin  # noqa: E402
-from kafka_ds.client.fetcher import Fetcher  # noqa: E402
-from kafka_ds.client.offsets import latest_offsets, partitions_of  # noqa: E402
-from kafka_ds.client.producer import Producer  # noqa: E402
-from kafka_ds.protocol.types import IsolationLevel  # noqa: E402
+from integration.harness.cluster import KafkaCluster
+from kafka_ds.client.admin import Admin
+from kafka_ds.client.fetcher import Fetcher
+from kafka_ds.client.offsets import latest_offsets, partitions_of
+from kafka_ds.client.producer import Producer
+from kafka_ds.protocol.types import IsolationLevel
 
 TOPIC = "clicks"
 EVENTS = 200_000
