@@ -1,10 +1,11 @@
 """Our hand-declared schemas, compared field by field with Apache Kafka's message specs.
 
 The specs live in ``../shared/kafka-protocol/*.json`` beside the checkout (the steering
-repository's copy); when that folder is absent the test is skipped, not passed. For every
-message class we declare, and every version we claim to support, it checks: the version range
-is one Kafka defines, flexible versions match, and each struct has the same fields in the same
-order with the same type, versions, nullable versions and tags.
+repository's copy) or where ``KAFKA_DS_PROTOCOL_SPECS`` points; when neither exists the test
+is skipped, not passed. For every message class we declare, and every version we claim to
+support, it checks: the version range is one Kafka defines, flexible versions match, and each
+struct has the same fields in the same order with the same type, versions, nullable versions,
+tags, defaults and ignorable flags.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import os
 import pkgutil
 import re
 from pathlib import Path
@@ -32,7 +34,9 @@ from kafka_ds.protocol.schema import (
     versions,
 )
 
-SPEC_DIR = Path(__file__).resolve().parents[3] / "shared" / "kafka-protocol"
+# The steering repository's copy sits beside the checkout; KAFKA_DS_PROTOCOL_SPECS overrides.
+SPEC_DIR = Path(os.environ.get("KAFKA_DS_PROTOCOL_SPECS")
+                or Path(__file__).resolve().parents[3] / "shared" / "kafka-protocol")
 
 
 def _load_spec(name: str) -> dict[str, Any]:
