@@ -311,6 +311,10 @@ class KafkaCluster:
         self.run_tool("org.apache.kafka.tools.FeatureCommand", "--bootstrap-server",
                       self.bootstrap(), action, "--feature", f"{name}={level}", quick_start=True)
 
+    def partition_dir(self, topic: str, partition: int = 0, node_id: int = 1) -> Path:
+        """The broker's log directory of one partition replica (segment files, indexes)."""
+        return self._node_dir(node_id) / "data" / f"{topic}-{partition}"
+
     def log_tail(self, node_id: int, lines: int = 50) -> str:
         path = self._node_dir(node_id) / "server.log"
         try:
