@@ -157,9 +157,25 @@ class Admin:
             if result.error_code:
                 raise BrokerError(result.error_code, f"deleting topic {result.name!r}",
                                   result.error_message)
-        for name in wanted:
-            self.cluster.topics.pop(name, None)
-        self.cluster.invalidate()
+        self._wait_for_deletion(wanted, timeout_ms)
+
+    def _wait_for_deletion(self, names: list[str], timeout_ms: int) -> None:
+        # DeleteTopics answers once the controller decided; a broker's metadata may list the
+        # topic a moment longer. Return only when it is gone, so that a caller recreating it
+        # or checking for it sees a consistent cluster.
+        clock = self.cluster.client.clock
+        deadline_ms = clock.monotonic_ms() + timeout_ms
+        while True:
+            for name in names:
+                self.cluster.topics.pop(name, None)
+            self.cluster.refresh(names)
+            remaining = [name for name in names if name in self.cluster.topics]
+            if not remaining:
+                return
+            if clock.monotonic_ms() >= deadline_ms:
+                raise KafkaTimeoutError(f"topics {remaining} were deleted but still appear in "
+                                        f"metadata after {timeout_ms} ms")
+            clock.sleep_ms(self.cluster.retry_backoff_ms)
 
     def create_partitions(self, topic: str, total_count: int, *,
                           timeout_ms: int = 60_000) -> None:
