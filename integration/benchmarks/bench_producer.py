@@ -23,66 +23,70 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 TXN_CHUNK = 50_000
 COMMON = {"linger.ms": "5", "batch.size": str(256 * 1024)}
 
 
-def _warm_up(producer: object, topic: str, txn: bool) -> None:
+def _timed(values: list[bytes], txn: bool, send_chunk: Callable[[list[bytes]], None],
+           begin: Callable[[], None], commit: Callable[[], None],
+           flush: Callable[[], None]) -> float:
+    """records/s from the first send to the end of flush (of commit, when transactional)."""
+    chunk_size = TXN_CHUNK if txn else len(values)
+    start = time.perf_counter()
+    for chunk_start in range(0, len(values), chunk_size):
+        if txn:
+            begin()
+        send_chunk(values[chunk_start:chunk_start + chunk_size])
+        if txn:
+            commit()
+    flush()
+    return len(values) / (time.perf_counter() - start)
+
+
+def _our_producer(bootstrap: str, topic: str, codec: str, txn: bool) -> Any:
+    from kafka_ds.client.producer import Producer
+
+    props = {"bootstrap.servers": bootstrap, "compression.type": codec, "acks": "all", **COMMON}
     if txn:
-        producer.init_transactions()  # type: ignore[attr-defined]
-        producer.begin_transaction()  # type: ignore[attr-defined]
-    producer.send(topic, b"warm-up").result(30)  # type: ignore[attr-defined]
+        props["transactional.id"] = f"bench-{uuid.uuid4().hex}"
+    producer = Producer(props)
     if txn:
-        producer.commit_transaction()  # type: ignore[attr-defined]
+        producer.init_transactions()
+        producer.begin_transaction()
+    producer.send(topic, b"warm-up").result(30)
+    if txn:
+        producer.commit_transaction()
+    return producer
 
 
 def _ours(bootstrap: str, topic: str, values: list[bytes], codec: str, txn: bool) -> float:
-    from kafka_ds.client.producer import Producer
-
-    props = {"bootstrap.servers": bootstrap, "compression.type": codec, "acks": "all", **COMMON}
-    if txn:
-        props["transactional.id"] = f"bench-{uuid.uuid4().hex}"
-    producer = Producer(props)
-    _warm_up(producer, topic, txn)
+    producer = _our_producer(bootstrap, topic, codec, txn)
     send = producer.send
-    start = time.perf_counter()
-    for chunk_start in range(0, len(values), TXN_CHUNK if txn else len(values)):
-        chunk = values[chunk_start:chunk_start + (TXN_CHUNK if txn else len(values))]
-        if txn:
-            producer.begin_transaction()
+
+    def send_chunk(chunk: list[bytes]) -> None:
         for value in chunk:
             send(topic, value)
-        if txn:
-            producer.commit_transaction()
-    producer.flush()
-    elapsed = time.perf_counter() - start
+
+    rate = _timed(values, txn, send_chunk, producer.begin_transaction,
+                  producer.commit_transaction, producer.flush)
     producer.close()
-    return len(values) / elapsed
+    return rate
 
 
 def _ours_bulk(bootstrap: str, topic: str, values: list[bytes], codec: str, txn: bool) -> float:
-    from kafka_ds.client.producer import Producer
+    producer = _our_producer(bootstrap, topic, codec, txn)
+    step = 10_000  # one call per 10 k records, as the Spark sink hands over Arrow batches
 
-    props = {"bootstrap.servers": bootstrap, "compression.type": codec, "acks": "all", **COMMON}
-    if txn:
-        props["transactional.id"] = f"bench-{uuid.uuid4().hex}"
-    producer = Producer(props)
-    _warm_up(producer, topic, txn)
-    step = 10_000
-    start = time.perf_counter()
-    for chunk_start in range(0, len(values), TXN_CHUNK if txn else len(values)):
-        chunk = values[chunk_start:chunk_start + (TXN_CHUNK if txn else len(values))]
-        if txn:
-            producer.begin_transaction()
+    def send_chunk(chunk: list[bytes]) -> None:
         for offset in range(0, len(chunk), step):
             producer.send_many(topic, chunk[offset:offset + step])
-        if txn:
-            producer.commit_transaction()
-    producer.flush()
-    elapsed = time.perf_counter() - start
+
+    rate = _timed(values, txn, send_chunk, producer.begin_transaction,
+                  producer.commit_transaction, producer.flush)
     producer.close()
-    return len(values) / elapsed
+    return rate
 
 
 def _confluent(bootstrap: str, topic: str, values: list[bytes], codec: str, txn: bool) -> float:
@@ -101,22 +105,17 @@ def _confluent(bootstrap: str, topic: str, values: list[bytes], codec: str, txn:
     if txn:
         producer.commit_transaction(30)
     produce, poll = producer.produce, producer.poll
-    start = time.perf_counter()
-    for chunk_start in range(0, len(values), TXN_CHUNK if txn else len(values)):
-        chunk = values[chunk_start:chunk_start + (TXN_CHUNK if txn else len(values))]
-        if txn:
-            producer.begin_transaction()
+
+    def send_chunk(chunk: list[bytes]) -> None:
         for value in chunk:
             try:
                 produce(topic, value)
-            except BufferError:
+            except BufferError:  # librdkafka's queue is full: let it drain
                 poll(0.005)
                 produce(topic, value)
-        if txn:
-            producer.commit_transaction(60)
-    producer.flush(120)
-    elapsed = time.perf_counter() - start
-    return len(values) / elapsed
+
+    return _timed(values, txn, send_chunk, producer.begin_transaction,
+                  lambda: producer.commit_transaction(60), lambda: producer.flush(120))
 
 
 def _kafka_python(bootstrap: str, topic: str, values: list[bytes], codec: str,
@@ -136,19 +135,15 @@ def _kafka_python(bootstrap: str, topic: str, values: list[bytes], codec: str,
     if txn:
         producer.commit_transaction()
     send = producer.send
-    start = time.perf_counter()
-    for chunk_start in range(0, len(values), TXN_CHUNK if txn else len(values)):
-        chunk = values[chunk_start:chunk_start + (TXN_CHUNK if txn else len(values))]
-        if txn:
-            producer.begin_transaction()
+
+    def send_chunk(chunk: list[bytes]) -> None:
         for value in chunk:
             send(topic, value)
-        if txn:
-            producer.commit_transaction()
-    producer.flush()
-    elapsed = time.perf_counter() - start
+
+    rate = _timed(values, txn, send_chunk, producer.begin_transaction,
+                  producer.commit_transaction, producer.flush)
     producer.close()
-    return len(values) / elapsed
+    return rate
 
 
 CLIENTS: dict[str, Callable[..., float]] = {

@@ -12,7 +12,7 @@ caller can produce at once.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,21 +124,27 @@ class Admin:
                            timeout_ms=timeout_ms, exist_ok=exist_ok)
         return self.cluster.topic(name)
 
-    def _wait_for_topic(self, name: str, timeout_ms: int) -> None:
+    def _wait_until(self, done: Callable[[], bool], timeout_ms: int, failure: str) -> None:
+        """Poll metadata until ``done()``: a broker's metadata may lag the controller a moment."""
         clock = self.cluster.client.clock
         deadline_ms = clock.monotonic_ms() + timeout_ms
-        while True:
+        while not done():
+            if clock.monotonic_ms() >= deadline_ms:
+                raise KafkaTimeoutError(f"{failure} within {timeout_ms} ms")
+            clock.sleep_ms(self.cluster.retry_backoff_ms)
+
+    def _wait_for_topic(self, name: str, timeout_ms: int) -> None:
+        def visible() -> bool:
             try:
-                self.cluster.topic(name, timeout_ms=max(1, deadline_ms - clock.monotonic_ms()))
-                return
+                self.cluster.topic(name, timeout_ms=timeout_ms)
             except BrokerError as exc:
-                # Metadata may lag the controller by a moment on another broker.
                 if exc.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     raise
-            if clock.monotonic_ms() >= deadline_ms:
-                raise KafkaTimeoutError(f"topic {name!r} was created but did not appear in "
-                                        f"metadata within {timeout_ms} ms")
-            clock.sleep_ms(self.cluster.retry_backoff_ms)
+                return False
+            return True
+
+        self._wait_until(visible, timeout_ms,
+                         f"topic {name!r} was created but did not appear in metadata")
 
     def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 60_000,
                       missing_ok: bool = False) -> None:
@@ -160,22 +166,16 @@ class Admin:
         self._wait_for_deletion(wanted, timeout_ms)
 
     def _wait_for_deletion(self, names: list[str], timeout_ms: int) -> None:
-        # DeleteTopics answers once the controller decided; a broker's metadata may list the
-        # topic a moment longer. Return only when it is gone, so that a caller recreating it
-        # or checking for it sees a consistent cluster.
-        clock = self.cluster.client.clock
-        deadline_ms = clock.monotonic_ms() + timeout_ms
-        while True:
+        # Return only once metadata no longer lists the topics, so that a caller recreating
+        # or looking for them sees a consistent cluster.
+        def gone() -> bool:
             for name in names:
                 self.cluster.topics.pop(name, None)
             self.cluster.refresh(names)
-            remaining = [name for name in names if name in self.cluster.topics]
-            if not remaining:
-                return
-            if clock.monotonic_ms() >= deadline_ms:
-                raise KafkaTimeoutError(f"topics {remaining} were deleted but still appear in "
-                                        f"metadata after {timeout_ms} ms")
-            clock.sleep_ms(self.cluster.retry_backoff_ms)
+            return not any(name in self.cluster.topics for name in names)
+
+        self._wait_until(gone, timeout_ms,
+                         f"topics {names} were deleted but still appear in metadata")
 
     def create_partitions(self, topic: str, total_count: int, *,
                           timeout_ms: int = 60_000) -> None:

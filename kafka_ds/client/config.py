@@ -71,6 +71,21 @@ def parse_int(properties: Mapping[str, str], name: str, default: int, *,
     return value
 
 
+def parse_bool(properties: Mapping[str, str], name: str, default: bool) -> bool:
+    """Read a boolean property (true/false, 1/0, yes/no), with an error naming it."""
+    raw = properties.get(name)
+    if raw is None:
+        return default
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}")
+
+
 _JAAS_MODULE = re.compile(r"^\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\s*(.*?);?\s*$",
                           re.DOTALL)
 _JAAS_OPTION = re.compile(r'([\w.]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;]+))')

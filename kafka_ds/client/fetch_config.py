@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kafka_ds.client.config import parse_int
+from kafka_ds.client.config import parse_bool, parse_int
 from kafka_ds.protocol.errors import ConfigError
 from kafka_ds.protocol.types import IsolationLevel
 
@@ -47,20 +47,6 @@ FETCH_PROPERTIES = frozenset({
 })
 
 _INT32_MAX = 2**31 - 1
-
-
-def parse_bool(properties: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = properties.get(name)
-    if raw is None:
-        return default
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise ConfigError(f"{name} must be true or false, got {raw!r}")
 
 
 @dataclass(frozen=True)

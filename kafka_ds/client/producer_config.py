@@ -17,7 +17,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kafka_ds.client.config import ClientConfig, parse_int
+from kafka_ds.client.config import ClientConfig, parse_bool, parse_int
 from kafka_ds.protocol.compression import Compression
 from kafka_ds.protocol.errors import ConfigError
 from kafka_ds.protocol.producer_state import MAX_IN_FLIGHT
@@ -44,18 +44,6 @@ _LEVELS = {Compression.GZIP: ("compression.gzip.level", 1, 9),
            Compression.ZSTD: ("compression.zstd.level", -131072, 22)}
 _DEFAULT_PARTITIONERS = {"", "org.apache.kafka.clients.producer.internals.DefaultPartitioner",
                          "org.apache.kafka.clients.producer.internals.BuiltInPartitioner"}
-
-
-def _parse_bool(properties: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = properties.get(name)
-    if raw is None:
-        return default
-    text = str(raw).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise ConfigError(f"{name} must be true or false, got {raw!r}")
 
 
 def _parse_acks(raw: str | None) -> int:
@@ -130,7 +118,7 @@ class ProducerConfig:
         retries = parse_int(props, "retries", _INT32_MAX, minimum=0)
         transactional_id = props.get("transactional.id") or None
         explicit_idempotence = "enable.idempotence" in props
-        idempotence = _parse_bool(props, "enable.idempotence", True)
+        idempotence = parse_bool(props, "enable.idempotence", True)
         conflicts = []
         if acks != -1:
             conflicts.append(f"acks={props.get('acks')} (idempotence needs acks=all)")
@@ -168,7 +156,7 @@ class ProducerConfig:
             compression=codec, compression_level=level,
             max_request_size_bytes=max_request_size, enable_idempotence=idempotence,
             transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms,
-            partitioner_ignore_keys=_parse_bool(props, "partitioner.ignore.keys", False),
+            partitioner_ignore_keys=parse_bool(props, "partitioner.ignore.keys", False),
             properties=props,
         )
         unknown = ClientConfig.unused_properties(props, PRODUCER_PROPERTIES)

@@ -1,4 +1,4 @@
-"""The version range this library speaks for each API, gathered from the message classes.
+"""Every message class this library declares, and the version range it speaks for each API.
 
 Layer: protocol. Importing this module imports every message schema, which is why it is
 separate from ``api_keys`` (which the schemas themselves import).
@@ -10,18 +10,21 @@ import importlib
 import pkgutil
 
 import kafka_ds.protocol.messages as _messages
-from kafka_ds.protocol.schema import Request
+from kafka_ds.protocol.schema import ApiMessage, Request
 
 
-def _collect() -> dict[int, tuple[int, int]]:
-    ranges: dict[int, tuple[int, int]] = {}
+def message_classes() -> list[type[ApiMessage]]:
+    """Every request and response class in ``kafka_ds.protocol.messages``, by name."""
+    found: list[type[ApiMessage]] = []
     for module_info in pkgutil.iter_modules(_messages.__path__):
         module = importlib.import_module(f"{_messages.__name__}.{module_info.name}")
         for value in vars(module).values():
-            if (isinstance(value, type) and issubclass(value, Request)
-                    and value.__module__ == module.__name__):
-                ranges[int(value.API_KEY)] = value.VALID_VERSIONS
-    return ranges
+            if (isinstance(value, type) and issubclass(value, ApiMessage)
+                    and value.__module__ == module.__name__ and hasattr(value, "API_KEY")):
+                found.append(value)
+    return sorted(found, key=lambda cls: cls.__name__)
 
 
-SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = _collect()
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    int(cls.API_KEY): cls.VALID_VERSIONS for cls in message_classes() if issubclass(cls, Request)
+}

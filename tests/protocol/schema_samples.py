@@ -11,15 +11,12 @@ quickly and reproducibly.
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 import random
 import uuid
 from typing import Any
 
 from hypothesis import strategies as st
 
-import kafka_ds.protocol.messages as messages_package
 from kafka_ds.protocol.schema import (
     ApiMessage,
     Array,
@@ -29,6 +26,7 @@ from kafka_ds.protocol.schema import (
     Struct,
     field_specs,
 )
+from kafka_ds.protocol.supported import message_classes
 
 INT_RANGES: dict[str, tuple[int, int]] = {
     "int8": (-(2**7), 2**7 - 1),
@@ -43,14 +41,7 @@ UNKNOWN_TAG_BASE = 1000
 
 def declared_messages() -> list[type[ApiMessage]]:
     """Every request and response class in ``kafka_ds.protocol.messages``, by name."""
-    found: list[type[ApiMessage]] = []
-    for module_info in pkgutil.iter_modules(messages_package.__path__):
-        module = importlib.import_module(f"{messages_package.__name__}.{module_info.name}")
-        for value in vars(module).values():
-            if (isinstance(value, type) and issubclass(value, ApiMessage)
-                    and value.__module__ == module.__name__ and hasattr(value, "API_KEY")):
-                found.append(value)
-    return sorted(found, key=lambda cls: cls.__name__)
+    return message_classes()
 
 
 def declared_responses() -> list[type[ApiMessage]]:

@@ -11,17 +11,14 @@ tags, defaults and ignorable flags.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
-import pkgutil
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import kafka_ds.protocol.messages as messages_package
 from kafka_ds.protocol.primitives import ZERO_UUID
 from kafka_ds.protocol.schema import (
     NO_VERSIONS,
@@ -33,6 +30,7 @@ from kafka_ds.protocol.schema import (
     field_specs,
     versions,
 )
+from kafka_ds.protocol.supported import message_classes
 
 # The steering repository's copy sits beside the checkout; KAFKA_DS_PROTOCOL_SPECS overrides.
 SPEC_DIR = Path(os.environ.get("KAFKA_DS_PROTOCOL_SPECS")
@@ -49,17 +47,6 @@ def _load_spec(name: str) -> dict[str, Any]:
 def _snake(name: str) -> str:
     name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
-
-
-def declared_messages() -> list[type[ApiMessage]]:
-    found: list[type[ApiMessage]] = []
-    for module_info in pkgutil.iter_modules(messages_package.__path__):
-        module = importlib.import_module(f"{messages_package.__name__}.{module_info.name}")
-        for value in vars(module).values():
-            if (isinstance(value, type) and issubclass(value, ApiMessage)
-                    and value.__module__ == module.__name__ and hasattr(value, "API_KEY")):
-                found.append(value)
-    return sorted(found, key=lambda cls: cls.__name__)
 
 
 def _version_set(spec: VersionRange, within: range) -> set[int]:
@@ -143,7 +130,7 @@ def _compare_struct(ours: type[Struct], their_fields: list[dict[str, Any]], comm
 
 
 @pytest.mark.skipif(not SPEC_DIR.is_dir(), reason=f"Kafka message specs not found at {SPEC_DIR}")
-@pytest.mark.parametrize("message", declared_messages(), ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize("message", message_classes(), ids=lambda cls: cls.__name__)
 def test_schema_matches_kafka_spec(message: type[ApiMessage]) -> None:
     spec = _load_spec(message.__name__)
     assert spec["apiKey"] == message.API_KEY
@@ -161,7 +148,7 @@ def test_schema_matches_kafka_spec(message: type[ApiMessage]) -> None:
 
 
 def test_every_request_names_its_response() -> None:
-    requests = [cls for cls in declared_messages() if cls.__name__.endswith("Request")]
+    requests = [cls for cls in message_classes() if cls.__name__.endswith("Request")]
     assert requests, "no request schemas found"
     for request in requests:
         response = request.RESPONSE  # type: ignore[attr-defined]
