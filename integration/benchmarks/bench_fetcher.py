@@ -225,6 +225,8 @@ def main() -> None:
     parser.add_argument("--memory-records", type=int, default=300_000)
     parser.add_argument("--max-partition-fetch-bytes", default=None,
                         help="override our max.partition.fetch.bytes (default: the fetcher's)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a fetcher property for kafka_ds, e.g. decode.threads=1")
     parser.add_argument("--skip-others", action="store_true", help="only kafka_ds")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out", default=".bench-results/fetcher.json")
@@ -235,7 +237,7 @@ def main() -> None:
         bootstrap, topic, records = args.memory_child
         _memory_child(bootstrap, topic, int(records))
         return
-    options = {}
+    options = dict(item.split("=", 1) for item in args.option)
     if args.max_partition_fetch_bytes:
         options["max.partition.fetch.bytes"] = args.max_partition_fetch_bytes
     results: list[dict[str, Any]] = []
