@@ -179,7 +179,7 @@ class Admin:
 
     def create_partitions(self, topic: str, total_count: int, *,
                           timeout_ms: int = 60_000) -> None:
-        """Grow ``topic`` to ``total_count`` partitions."""
+        """Grow ``topic`` to ``total_count`` partitions; returns once metadata lists them all."""
         node_id, version = self._any_node(ApiKey.CREATE_PARTITIONS)
         request = CreatePartitionsRequest(
             topics=[CreatePartitionsTopic(name=topic, count=total_count, assignments=None)],
@@ -191,7 +191,14 @@ class Admin:
                 raise BrokerError(result.error_code,
                                   f"growing {result.name!r} to {total_count} partitions",
                                   result.error_message)
-        self.cluster.invalidate()
+
+        def grown() -> bool:
+            self.cluster.invalidate()
+            return self.cluster.topic(topic, timeout_ms=timeout_ms).partition_count >= total_count
+
+        self._wait_until(grown, timeout_ms,
+                         f"{topic!r} was grown to {total_count} partitions but metadata did not "
+                         "show them")
 
     # --- records and configs --------------------------------------------------------------
 
