@@ -45,6 +45,15 @@ def _timed(values: list[bytes], txn: bool, send_chunk: Callable[[list[bytes]], N
     return len(values) / (time.perf_counter() - start)
 
 
+def _each(send: Callable[[str, bytes], Any], topic: str) -> Callable[[list[bytes]], None]:
+    """A chunk sender calling ``send(topic, value)`` per record (the per-record API)."""
+    def send_chunk(chunk: list[bytes]) -> None:
+        for value in chunk:
+            send(topic, value)
+
+    return send_chunk
+
+
 def _our_producer(bootstrap: str, topic: str, codec: str, txn: bool) -> Any:
     from kafka_ds.client.producer import Producer
 
@@ -63,13 +72,7 @@ def _our_producer(bootstrap: str, topic: str, codec: str, txn: bool) -> Any:
 
 def _ours(bootstrap: str, topic: str, values: list[bytes], codec: str, txn: bool) -> float:
     producer = _our_producer(bootstrap, topic, codec, txn)
-    send = producer.send
-
-    def send_chunk(chunk: list[bytes]) -> None:
-        for value in chunk:
-            send(topic, value)
-
-    rate = _timed(values, txn, send_chunk, producer.begin_transaction,
+    rate = _timed(values, txn, _each(producer.send, topic), producer.begin_transaction,
                   producer.commit_transaction, producer.flush)
     producer.close()
     return rate
@@ -134,13 +137,7 @@ def _kafka_python(bootstrap: str, topic: str, values: list[bytes], codec: str,
     producer.send(topic, b"warm-up").get(30)
     if txn:
         producer.commit_transaction()
-    send = producer.send
-
-    def send_chunk(chunk: list[bytes]) -> None:
-        for value in chunk:
-            send(topic, value)
-
-    rate = _timed(values, txn, send_chunk, producer.begin_transaction,
+    rate = _timed(values, txn, _each(producer.send, topic), producer.begin_transaction,
                   producer.commit_transaction, producer.flush)
     producer.close()
     return rate

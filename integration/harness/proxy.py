@@ -30,6 +30,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -246,13 +247,8 @@ class KafkaProxy:
 
     def _from_client(self, link: _Link, data: bytes) -> None:
         link.requests += data
-        while len(link.requests) >= 4:
-            size = _SIZE.unpack_from(link.requests)[0]
-            if len(link.requests) < 4 + size:
-                return
-            frame = bytes(link.requests[:4 + size])
-            del link.requests[:4 + size]
-            api_key = _HEADER.unpack_from(frame, 4)[0] if size >= 8 else -1
+        for frame in _whole_frames(link.requests):
+            api_key = _HEADER.unpack_from(frame, 4)[0] if len(frame) >= 12 else -1
             self.stats["requests"] += 1
             with self._lock:
                 cut = self._cut_requests > 0 and self._targeted(api_key)
@@ -273,12 +269,7 @@ class KafkaProxy:
 
     def _from_broker(self, link: _Link, data: bytes) -> None:
         link.responses += data
-        while len(link.responses) >= 4:
-            size = _SIZE.unpack_from(link.responses)[0]
-            if len(link.responses) < 4 + size:
-                return
-            frame = bytes(link.responses[:4 + size])
-            del link.responses[:4 + size]
+        for frame in _whole_frames(link.responses):
             _, targeted = link.pending.pop(0) if link.pending else (-1, True)
             self.stats["responses"] += 1
             with self._lock:
@@ -307,6 +298,17 @@ class KafkaProxy:
         except OSError:
             self._close(link)
             return False
+
+
+def _whole_frames(buffer: bytearray) -> Iterator[bytes]:
+    """Take each complete size-prefixed Kafka frame off the front of ``buffer``, in order."""
+    while len(buffer) >= 4:
+        size = _SIZE.unpack_from(buffer)[0]
+        if len(buffer) < 4 + size:
+            return
+        frame = bytes(buffer[:4 + size])
+        del buffer[:4 + size]
+        yield frame
 
 
 class ProxiedKafkaCluster(KafkaCluster):

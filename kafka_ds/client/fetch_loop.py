@@ -485,8 +485,8 @@ class FetchLoop:
         """
         self.metrics.data_loss_incidents += 1
         if self.config.fail_on_data_loss:
-            loss.args = (f"{loss}. Set fail.on.data.loss=false (Spark: failOnDataLoss=false) "
-                         "to skip the missing offsets instead",)
+            loss = loss.with_hint("Set fail.on.data.loss=false (Spark: failOnDataLoss=false) "
+                                  "to skip the missing offsets instead")
             part.done = True
             self._queue.append(Chunk(None, None, part.position, None, loss))
             return False

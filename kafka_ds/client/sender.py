@@ -379,19 +379,18 @@ class Sender:
                 PartitionProduceData(index=batch.partition, records=self.encode(batch)))
             by_partition[(batch.topic, batch.partition)] = batch
             batch.last_attempt_ms = now_ms
-        topic_data = []
-        for name, partitions in topics.items():
-            item = TopicProduceData(partition_data=partitions)
-            info = self.cluster.topics.get(name)
-            if version >= 13 and info is not None and info.topic_id.int:
-                item.topic_id = info.topic_id
-            else:
-                item.name = name
-                version = min(version, 12)
-            topic_data.append(item)
+        # Produce v13 names topics by id (KIP-516): use it only when every topic has one, and
+        # decide before building the request, which cannot mix names and ids.
+        topic_ids = {name: info.topic_id for name in topics
+                     if (info := self.cluster.topics.get(name)) is not None and info.topic_id.int}
+        if len(topic_ids) < len(topics):
+            version = min(version, 12)
         if version >= 13:
-            for item in topic_data:
-                item.name = ""
+            topic_data = [TopicProduceData(topic_id=topic_ids[name], partition_data=partitions)
+                          for name, partitions in topics.items()]
+        else:
+            topic_data = [TopicProduceData(name=name, partition_data=partitions)
+                          for name, partitions in topics.items()]
         acks = self.config.acks
         request = ProduceRequest(
             transactional_id=self.config.transactional_id if self.txn is not None else None,

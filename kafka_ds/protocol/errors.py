@@ -104,21 +104,28 @@ class DataLossError(KafkaDsError):
     """
 
     def __init__(self, topic: str, partition: int, requested_offset: int,
-                 available_offset: int, reason: str) -> None:
+                 available_offset: int, reason: str, hint: str = "") -> None:
         self.topic = topic
         self.partition = partition
         self.requested_offset = requested_offset
         self.available_offset = available_offset
         self.reason = reason
+        self.hint = hint  # what the caller can change, e.g. the option that skips instead
         super().__init__(
             f"data loss in {topic}-{partition}: requested offset {requested_offset}, "
             f"but the log now starts at {available_offset} ({reason})"
+            + (f". {hint}" if hint else "")
         )
 
-    def __reduce__(self) -> tuple[type[DataLossError], tuple[str, int, int, int, str]]:
+    def with_hint(self, hint: str) -> DataLossError:
+        """The same loss, with advice for whoever reads the message."""
+        return DataLossError(self.topic, self.partition, self.requested_offset,
+                             self.available_offset, self.reason, hint)
+
+    def __reduce__(self) -> tuple[type[DataLossError], tuple[str, int, int, int, str, str]]:
         # Spark ships task errors between processes: keep the fields, not just the text.
         return (type(self), (self.topic, self.partition, self.requested_offset,
-                             self.available_offset, self.reason))
+                             self.available_offset, self.reason, self.hint))
 
 
 class ErrorCode(IntEnum):

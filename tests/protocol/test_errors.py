@@ -59,6 +59,7 @@ def test_decode_error_names_the_field_path() -> None:
     DecodeError("records", 5, "bad"),
     CorruptRecordError("record batch at offset 7", 17, "CRC mismatch"),
     DataLossError("t", 2, 10, 40, "deleted"),
+    DataLossError("t", 2, 10, 40, "deleted").with_hint("Set fail.on.data.loss=false"),
     UnknownTopicError("missing"),
     ProducerFencedError("fenced by a newer producer"),
     TransactionLostError("transaction lost"),
