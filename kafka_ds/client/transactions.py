@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kafka_ds.client.cluster import Cluster, CoordinatorType
@@ -98,6 +98,18 @@ def end_txn_version(negotiated: int, protocol: int, transactional_id: str) -> in
                 "transaction.version downgraded?")
         return TV2_END_TXN
     return min(negotiated, TV1_TXN_MAX)
+
+
+def _end_txn(transactional_id: str, producer_id: int, producer_epoch: int, protocol: int,
+             commit: bool) -> Callable[[Any], tuple[EndTxnRequest, int]]:
+    """Builds EndTxn for a coordinator connection, at the version the protocol requires."""
+    def build(connection: Any) -> tuple[EndTxnRequest, int]:
+        version = end_txn_version(connection.version_for(ApiKey.END_TXN), protocol,
+                                  transactional_id)
+        return EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id,
+                             producer_epoch=producer_epoch, committed=commit), version
+
+    return build
 
 
 class _Coordinator:
@@ -342,14 +354,8 @@ class TransactionManager:
         """EndTxn(commit or abort) at the version of this transaction's protocol."""
         protocol = self.protocol or 1
         state = self.state
-
-        def build(connection: Any) -> tuple[Any, int]:
-            version = end_txn_version(connection.version_for(ApiKey.END_TXN), protocol,
-                                      self.transactional_id)
-            return EndTxnRequest(transactional_id=self.transactional_id,
-                                 producer_id=state.producer_id,
-                                 producer_epoch=state.producer_epoch, committed=commit), version
-
+        build = _end_txn(self.transactional_id, state.producer_id, state.producer_epoch,
+                         protocol, commit)
         what = "committing" if commit else "aborting"
         response = self._coordinator(sender).call(build, f"EndTxn ({what})", timeout_ms)
         self._raise_for(response.error_code, f"{what} the transaction")
@@ -383,14 +389,8 @@ def complete_transaction(client_config: ClientConfig | Mapping[str, str],
     what = "commit" if commit else "abort"
     with Cluster.connect(config) as cluster:
         coordinator = _Coordinator(cluster, token.transactional_id, config.retry_backoff_ms)
-
-        def build(connection: Any) -> tuple[Any, int]:
-            version = end_txn_version(connection.version_for(ApiKey.END_TXN),
-                                      token.protocol_version, token.transactional_id)
-            return EndTxnRequest(transactional_id=token.transactional_id,
-                                 producer_id=token.producer_id,
-                                 producer_epoch=token.producer_epoch, committed=commit), version
-
+        build = _end_txn(token.transactional_id, token.producer_id, token.producer_epoch,
+                         token.protocol_version, commit)
         response = coordinator.call(build, f"EndTxn ({what})", timeout_ms)
     code = response.error_code
     if not code:
