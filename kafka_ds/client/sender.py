@@ -38,7 +38,7 @@ from kafka_ds.net.future import RequestFuture
 from kafka_ds.net.pool import NetworkClient
 from kafka_ds.protocol.accumulator import ProducerBatch, RecordAccumulator
 from kafka_ds.protocol.api_keys import ApiKey
-from kafka_ds.protocol.batch_encoder import BatchAssembler, encode_section
+from kafka_ds.protocol.batch_encoder import encode_section
 from kafka_ds.protocol.compression import Compression
 from kafka_ds.protocol.errors import (
     BrokerError,
@@ -56,7 +56,8 @@ from kafka_ds.protocol.messages.produce import (
     TopicProduceData,
 )
 from kafka_ds.protocol.producer_state import Decision, ProducerState
-from kafka_ds.protocol.records import HEADER_BYTES
+from kafka_ds.protocol.record_builder import assemble_batch
+from kafka_ds.protocol.records import HEADER_BYTES, TRANSACTIONAL_BIT
 
 if TYPE_CHECKING:
     from kafka_ds.client.transactions import TransactionManager
@@ -111,7 +112,6 @@ class Sender:
         self.cluster = Cluster(self.client, metadata_max_age_ms=config.client.metadata_max_age_ms,
                                retry_backoff_ms=config.retry_backoff_ms)
         self.txn: TransactionManager | None = None
-        self._assembler = BatchAssembler(config.compression, config.compression_level)
         self.metrics = Metrics(clock.monotonic_ms())
         # Published for send(): replaced whole (never mutated) so readers need no lock.
         self.topic_meta: dict[str, TopicMeta] = {}
@@ -350,12 +350,13 @@ class Sender:
             return batch.encoded
         section = encode_section(batch.values, batch.timestamps, batch.keys, batch.headers)
         timestamps = batch.timestamps
-        encoded = self._assembler.assemble(
-            section, transactional=batch.is_transactional, record_count=len(timestamps),
+        codec = self.config.compression
+        encoded = assemble_batch(
+            section, attributes=codec | (TRANSACTIONAL_BIT if batch.is_transactional else 0),
+            record_count=len(timestamps), last_offset_delta=len(timestamps) - 1, base_offset=0,
             base_timestamp_ms=timestamps[0], max_timestamp_ms=max(timestamps),
             producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
-            base_sequence=batch.base_sequence)
-        codec = self.config.compression
+            base_sequence=batch.base_sequence, compression_level=self.config.compression_level)
         if codec != Compression.NONE and section:
             batch.compression_ratio = (len(encoded) - HEADER_BYTES) / len(section)
             self.accumulator.ratios.observe(batch.topic, codec, batch.compression_ratio)

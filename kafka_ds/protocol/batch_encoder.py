@@ -1,6 +1,6 @@
 """Encoding a producer batch's record columns into a record batch, fast.
 
-Layer: protocol (sans-IO: ``records``, ``record_encoder``, ``compression``, ``crc32c``). The
+Layer: protocol (sans-IO: ``record_builder``, ``record_encoder``, ``primitives``). The
 producer keeps each batch as columns (values, timestamps, optional keys and headers) and
 encodes it once, when the sender drains it. The bytes are exactly ``records.encode_batch``'s
 (KIP-98 record format v2); tests hold the two together.
@@ -19,25 +19,10 @@ Which encoder, by batch shape:
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
-from typing import Any
 
-from crc32c import crc32c as _crc32c
-
-from kafka_ds.protocol.compression import Compression, compress
 from kafka_ds.protocol.primitives import write_varint, write_varlong
-from kafka_ds.protocol.records import (
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
-    HEADER_BYTES,
-    HEADER_STRUCT,
-    LOG_OVERHEAD,
-    MAGIC_V2,
-    TRANSACTIONAL_BIT,
-)
-
-_CRC = struct.Struct(">I")
+from kafka_ds.protocol.record_builder import NewRecord, encode_records
 
 Header = tuple[str, bytes | None]
 
@@ -153,71 +138,7 @@ def encode_section_simple(values: Sequence[bytes | None], timestamps: Sequence[i
                           keys: Sequence[bytes | None] | None = None,
                           headers: Sequence[Sequence[Header]] | None = None) -> bytes:
     """The same bytes as ``encode_section``, one record at a time (headers, tiny batches)."""
-    out = bytearray()
-    body = bytearray()
-    base = timestamps[0] if timestamps else 0
-    for index, value in enumerate(values):
-        body.clear()
-        body.append(0)
-        write_varlong(body, timestamps[index] - base)
-        write_varint(body, index)
-        _put(body, keys[index] if keys is not None else None)
-        _put(body, value)
-        record_headers = headers[index] if headers is not None else ()
-        write_varint(body, len(record_headers))
-        for header_key, header_value in record_headers:
-            _put(body, header_key.encode("utf-8"))
-            _put(body, header_value)
-        write_varint(out, len(body))
-        out += body
-    return bytes(out)
-
-
-def _put(out: bytearray, value: bytes | bytearray | memoryview | None) -> None:
-    if value is None:
-        out.append(1)
-        return
-    write_varint(out, len(value))
-    out += value
-
-
-class BatchAssembler:
-    """Header, compression and CRC around an encoded records section: ``records.assemble_batch``
-    for the producer's sender thread, which calls it for every batch.
-
-    Two differences, both for the sender's sake: the zstd context is created once and reused
-    (a new one costs ~35 µs, more than compressing a 16 KiB batch), and the CRC is computed
-    without releasing the GIL (microseconds of work; giving the GIL up makes the sender wait
-    for ``send()`` callers to hand it back, which takes up to the interpreter's switch interval).
-    Not thread-safe: one per sender.
-    """
-
-    def __init__(self, codec: int, level: int | None = None) -> None:
-        self.codec = int(codec)
-        self.level = level
-        self._zstd: Any = None
-
-    def _compress(self, section: bytes) -> bytes:
-        if self.codec == Compression.ZSTD:
-            if self._zstd is None:
-                import zstandard
-
-                self._zstd = zstandard.ZstdCompressor(level=3 if self.level is None else self.level)
-            compressed: bytes = self._zstd.compress(section)
-            return compressed
-        return compress(self.codec, section, self.level)
-
-    def assemble(self, section: bytes, *, transactional: bool, record_count: int,
-                 base_timestamp_ms: int, max_timestamp_ms: int, producer_id: int,
-                 producer_epoch: int, base_sequence: int) -> bytes:
-        payload = section if self.codec == Compression.NONE else self._compress(section)
-        attributes = self.codec | (TRANSACTIONAL_BIT if transactional else 0)
-        header = bytearray(HEADER_BYTES)
-        HEADER_STRUCT.pack_into(
-            header, 0, 0, HEADER_BYTES - LOG_OVERHEAD + len(payload), -1, MAGIC_V2, 0,
-            attributes, record_count - 1, base_timestamp_ms, max_timestamp_ms, producer_id,
-            producer_epoch, base_sequence, record_count)
-        crc = _crc32c(memoryview(header)[ATTRIBUTES_OFFSET:], 0, 0)
-        crc = _crc32c(payload, crc, 0)
-        _CRC.pack_into(header, CRC_OFFSET, crc)
-        return b"".join((header, payload))
+    records = [NewRecord(keys[index] if keys is not None else None, value, timestamps[index],
+                         headers[index] if headers is not None else ())
+               for index, value in enumerate(values)]
+    return bytes(encode_records(records, timestamps[0] if timestamps else 0))
