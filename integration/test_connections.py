@@ -118,8 +118,10 @@ def test_hostname_must_match_the_certificate(kafka: KafkaCluster, topic, tmp_pat
 def test_client_certificate_is_required_on_mtls(kafka: KafkaCluster, topic) -> None:
     props = kafka_ds_properties(kafka, "MTLS")
     del props["ssl.keystore.location"]
-    with _connect(props) as cluster, pytest.raises(NetworkError):
+    with _connect(props) as cluster, pytest.raises(AuthenticationError,
+                                                   match="client certificate") as caught:
         cluster.topic(topic)
+    assert "ssl.keystore.location" in str(caught.value)
 
 
 @pytest.mark.parametrize(("client_listener", "server_listener", "message"), [

@@ -147,6 +147,16 @@ class BrokerConnection:
                 f"broker {self.address} did not answer like a Kafka broker ({exc}); "
                 f"{'is this a plaintext listener' if tls else 'does this listener use TLS'}? "
                 "Check security.protocol") from exc
+        except ssl.SSLError as exc:
+            if "CERTIFICATE" in (exc.reason or ""):
+                # With TLS 1.3 the broker judges our certificate after the handshake, so its
+                # refusal arrives as an alert on the first read rather than in connect.
+                raise AuthenticationError(
+                    f"broker {self.address} refused our TLS client certificate "
+                    f"({exc.reason}): this listener requires one it trusts; set "
+                    "ssl.keystore.location to a PEM file with the client key and certificate"
+                ) from exc
+            raise NetworkError(f"TLS with {self.address} failed while connecting: {exc}") from exc
         except OSError as exc:
             raise NetworkError(f"connection to {self.address} failed while connecting: "
                                f"{exc}") from exc
