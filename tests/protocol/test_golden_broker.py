@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kafka_ds.protocol.compression import Compression
+from kafka_ds.protocol.errors import CorruptRecordError
 from kafka_ds.protocol.read_committed import filter_committed
 from kafka_ds.protocol.record_columns import decode_columns
 from kafka_ds.protocol.records import ControlRecordType, RecordBatch, iter_batches
@@ -95,6 +96,6 @@ def test_read_committed_drops_the_aborted_transaction() -> None:
 def test_a_flipped_bit_in_a_broker_batch_fails_the_crc_and_names_the_partition() -> None:
     data = bytearray((GOLDEN / "golden-zstd.bin").read_bytes())
     data[-3] ^= 0x10
-    with pytest.raises(Exception, match="golden-zstd") as caught:
+    with pytest.raises(CorruptRecordError, match="golden-zstd") as caught:
         list(iter_batches(bytes(data), topic="golden-zstd", partition=0))
     assert "CRC" in str(caught.value)
