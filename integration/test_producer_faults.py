@@ -15,12 +15,10 @@ from typing import Any
 
 import pytest
 
-from integration.harness.proxy import ProxiedKafkaCluster
+from integration.harness.proxy import PRODUCE, ProxiedKafkaCluster
 from integration.producer_util import read_all
 from kafka_ds.client.producer import Producer
 from kafka_ds.protocol.errors import KafkaTimeoutError
-
-PRODUCE = 0
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +63,7 @@ def _faults(cluster: ProxiedKafkaCluster, stop: threading.Event) -> None:
 
 def test_idempotent_producer_survives_cut_connections(proxied: ProxiedKafkaCluster) -> None:
     topic = _topic(proxied, 3)
-    proxy = next(iter(proxied.proxies.values()))
+    proxy = proxied.proxy
     before = dict(proxy.stats)
     stop = threading.Event()
     faults = threading.Thread(target=_faults, args=(proxied, stop), daemon=True)
@@ -94,6 +92,7 @@ def test_idempotent_producer_survives_cut_connections(proxied: ProxiedKafkaClust
         metrics = producer.metrics()
     finally:
         stop.set()
+        proxy.reset()  # faults armed but not fired must not leak into the next test
         producer.close()
     cuts = {key: proxy.stats[key] - before[key] for key in ("cut_responses", "cut_requests")}
     assert cuts["cut_responses"] >= 3 and cuts["cut_requests"] >= 3, cuts
@@ -103,18 +102,21 @@ def test_idempotent_producer_survives_cut_connections(proxied: ProxiedKafkaClust
 
 def test_idempotent_producer_survives_lost_responses(proxied: ProxiedKafkaCluster) -> None:
     """Responses swallowed for longer than request.timeout.ms: the producer times the
-    requests out, reconnects and resends batches the broker already wrote."""
+    requests out, reconnects and resends batches the broker already wrote, each with the
+    producer id, epoch and base sequence it had (so that the broker drops the copy)."""
     topic = _topic(proxied, 2)
-    proxy = next(iter(proxied.proxies.values()))
+    proxy = proxied.proxy
     sent: list[bytes] = []
     futures = []
+    before = proxy.snapshot()
+    first_batch = len(proxy.produced)
     producer = Producer({"bootstrap.servers": proxied.proxy_bootstrap(), "linger.ms": "5",
                          "request.timeout.ms": "1500", "delivery.timeout.ms": "60000",
                          "retry.backoff.ms": "50"})
     try:
         for burst in range(3):
             if burst == 1:
-                proxy.blackhole(2.5)
+                proxy.blackhole(2.5, api_keys={PRODUCE})
             for i in range(2000):
                 value = f"b{burst}-{i:05d}".encode()
                 futures.append(producer.send(topic, value, partition=i % 2))
@@ -126,14 +128,20 @@ def test_idempotent_producer_survives_lost_responses(proxied: ProxiedKafkaCluste
     finally:
         proxy.reset()
         producer.close()
-    assert proxy.stats["swallowed_bytes"] > 0 and retries > 0
+    caused = proxy.since(before)
+    assert caused["swallowed_responses"] > 0 and caused["swallowed_bytes"] > 0, caused
+    assert retries > 0
+    batches = proxy.produced[first_batch:]  # this test's producer only: it ran alone
+    resent = [b for b, n in Counter(batches).items() if n > 1]
+    assert resent, "no batch was sent twice: the blackhole did not cost a reply"
+    assert all(b.base_sequence >= 0 and b.producer_id >= 0 for b in resent)
     _check_exactly_once_in_order(proxied, topic, sent, partition_of)
 
 
 def test_transactional_producer_through_faults_commits_once(proxied: ProxiedKafkaCluster
                                                             ) -> None:
     topic = _topic(proxied, 2)
-    proxy = next(iter(proxied.proxies.values()))
+    proxy = proxied.proxy
     sent: list[bytes] = []
     partition_of: dict[bytes, int] = {}
     before = proxy.stats["cut_responses"] + proxy.stats["cut_requests"]
@@ -168,7 +176,7 @@ def test_without_idempotence_the_same_faults_duplicate(proxied: ProxiedKafkaClus
     """The control: what the checks above would catch. A lost response makes a plain
     producer resend a batch the broker already wrote."""
     topic = _topic(proxied, 1)
-    proxy = next(iter(proxied.proxies.values()))
+    proxy = proxied.proxy
     sent = [f"plain-{i:05d}".encode() for i in range(3000)]
     with Producer({"bootstrap.servers": proxied.proxy_bootstrap(), "linger.ms": "2",
                    "batch.size": "4096", "enable.idempotence": "false",
@@ -192,7 +200,7 @@ def test_expired_batches_then_recovery_without_duplicates(proxied: ProxiedKafkaC
     until the producer can prove what the broker holds, bumping its epoch if it cannot;
     records sent afterwards are written once each, and nothing is written twice."""
     topic = _topic(proxied, 1)
-    proxy = next(iter(proxied.proxies.values()))
+    proxy = proxied.proxy
     producer = Producer({"bootstrap.servers": proxied.proxy_bootstrap(), "linger.ms": "0",
                          "request.timeout.ms": "1000", "delivery.timeout.ms": "2500",
                          "retry.backoff.ms": "50"})
@@ -219,6 +227,83 @@ def test_expired_batches_then_recovery_without_duplicates(proxied: ProxiedKafkaC
     assert values[0] == b"before"
     assert [v for v in values if v.startswith(b"after")] == [f"after-{i}".encode()
                                                             for i in range(50)]
+
+
+def test_lost_replies_until_retries_run_out_never_give_sequences_away(
+        proxied: ProxiedKafkaCluster) -> None:
+    """Issue 14, bug 1. Batch A (10 records) is written, but every reply to it is lost until
+    its retries run out. Batch B, the same size, must not get A's sequences: the broker
+    would take B for a copy of A, answer DUPLICATE_SEQUENCE_NUMBER (or success), and B's
+    records would be acknowledged without ever being written. The producer leaves the
+    partition unresolved and bumps its epoch on the same producer id (KIP-360) instead."""
+    topic = _topic(proxied, 1)
+    proxy = proxied.proxy
+    producer = Producer({"bootstrap.servers": proxied.proxy_bootstrap(), "linger.ms": "0",
+                         "request.timeout.ms": "1500", "retries": "2",
+                         "retry.backoff.ms": "50", "delivery.timeout.ms": "120000"})
+    a_values = [f"a-{i}".encode() for i in range(10)]
+    b_values = [f"b-{i}".encode() for i in range(10)]
+    try:
+        producer.send(topic, b"first", partition=0).result(30)  # the broker knows us now
+        before = proxy.snapshot()
+        first = len(proxy.produced)
+        proxy.drop_responses(3, api_keys={PRODUCE})  # A's three attempts: all replies lost
+        a_error = producer.send_many(topic, a_values, partition=0).exception(60)
+        assert a_error is not None, "A must fail: none of its replies arrived"
+        assert proxy.since(before)["dropped_responses"] == 3
+        attempts = proxy.produced[first:]
+        assert len(attempts) == 3 and len(set(attempts)) == 1, attempts  # resent as it was
+        a_batch = attempts[0]
+        assert producer.send_many(topic, b_values, partition=0).result(30) == 10
+        b_batch = proxy.produced[-1]
+        bumps = producer.metrics()["epoch-bump-total"]
+    finally:
+        proxy.reset()
+        producer.close()
+    # B went out in a new epoch of the same producer id, from sequence 0 (issue 13, KIP-360).
+    assert (b_batch.producer_id, b_batch.producer_epoch, b_batch.base_sequence) == (
+        a_batch.producer_id, a_batch.producer_epoch + 1, 0), (a_batch, b_batch)
+    assert bumps == 1
+    values = [r.value for r in read_all(proxied.bootstrap(), topic)]
+    assert values.count(b"first") == 1
+    assert [v for v in values if v.startswith(b"b-")] == b_values, \
+        "records of B were acknowledged but are not in the log"
+    assert [v for v in values if v.startswith(b"a-")] == a_values  # written once, as it was
+
+
+def test_out_of_order_sequence_bumps_the_epoch_on_the_same_producer_id(
+        proxied: ProxiedKafkaCluster) -> None:
+    """Issue 13 (KIP-360): the proxy shifts one batch's base sequence, so the broker sees a
+    gap the producer does not know of and answers OUT_OF_ORDER_SEQUENCE_NUMBER for the
+    batch the producer believes is next. The idempotent producer bumps its epoch itself,
+    keeping its producer id (a null-transactional-id InitProducerId would hand out a new
+    id), restarts the partition's sequences at 0 and resends: nothing lost or doubled."""
+    topic = _topic(proxied, 1)
+    proxy = proxied.proxy
+    producer = Producer({"bootstrap.servers": proxied.proxy_bootstrap(), "linger.ms": "0",
+                         "retry.backoff.ms": "50"})
+    values = [f"v-{i}".encode() for i in range(30)]
+    try:
+        assert producer.send_many(topic, values[:10], partition=0).result(30) == 10
+        before = proxy.snapshot()
+        first = len(proxy.produced)
+        proxy.rewrite_sequences(1, delta=5)
+        assert producer.send_many(topic, values[10:20], partition=0).result(30) == 10
+        assert producer.send_many(topic, values[20:], partition=0).result(30) == 10
+        sent = proxy.produced[first:]
+        bumps = producer.metrics()["epoch-bump-total"]
+    finally:
+        proxy.reset()
+        producer.close()
+    assert proxy.since(before)["rewritten_sequences"] == 1
+    shifted, resent, last = sent[0], sent[1], sent[-1]
+    assert shifted.base_sequence == 10 + 5
+    assert (resent.producer_id, resent.producer_epoch, resent.base_sequence) == (
+        shifted.producer_id, shifted.producer_epoch + 1, 0)
+    assert (last.producer_id, last.producer_epoch, last.base_sequence) == (
+        shifted.producer_id, shifted.producer_epoch + 1, 10)
+    assert bumps == 1
+    assert [r.value for r in read_all(proxied.bootstrap(), topic)] == values
 
 
 def test_leader_killed_mid_stream_exactly_once(kafka_cluster3: Any) -> None:

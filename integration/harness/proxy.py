@@ -1,21 +1,35 @@
 """A TCP proxy for fault injection between a Kafka client and a broker, and a cluster behind it.
 
 ``KafkaProxy`` forwards bytes both ways and understands Kafka's framing (an int32 size per
-request and response), so faults land on message boundaries, where real ones hurt most:
+request and response, and the request header's API key), so faults land on message
+boundaries, where real ones hurt most, and can target one API (Produce, Fetch, EndTxn,
+Metadata ...) while the others keep working:
 
 * ``cut_after_responses(n)``: the next ``n`` responses are swallowed and their connection
   closed: the broker *did* process the request, the client never hears so (the classic
   duplicate-producing case for a non-idempotent producer).
+* ``drop_responses(n)``: the next ``n`` responses are swallowed and the connection stays
+  open: the client waits until its request times out (a reply lost on the way).
+* ``cut_mid_response(n)``: forward the first half of the next ``n`` responses, then close
+  both sides: the client reads a truncated frame.
 * ``cut_mid_request(n)``: forward only the first half of the next ``n`` requests, then close
   both sides: the broker never sees a whole request.
 * ``blackhole(seconds)``: swallow every response for a while (connections stay open; the
   client times out on its own).
+* ``rewrite_sequences(n, delta)``: add ``delta`` to the base sequence of the next ``n``
+  Produce batches (the CRC is recomputed): the broker sees a sequence gap the client does
+  not know about, and answers OUT_OF_ORDER_SEQUENCE_NUMBER.
 * ``delay(ms)``: hold each chunk for ``ms`` before forwarding.
 * ``cut_all()``: close every connection now.
 
-``api_keys`` limits ``cut_*`` to requests of those APIs (``{0}``: Produce only), so that
-metadata and producer-id requests keep working. Responses are matched to requests in order,
-per connection; Produce requests with acks=0 (no response) are recognised and skipped.
+Every fault takes ``api_keys``: the APIs it applies to (default: the proxy's ``api_keys``,
+None meaning all). Responses are matched to requests in order, per connection; Produce
+requests with acks=0 (no response) are recognised and skipped.
+
+Tests count what *they* caused: ``snapshot()`` copies the counters, ``since(snapshot)`` gives
+the difference. ``produced`` records every Produce batch header that went through
+(partition, producer id, epoch, base sequence, record count), so a test can prove that a
+batch was resent as it was, or renumbered, without trusting the client's own account.
 
 ``ProxiedKafkaCluster`` is a ``KafkaCluster`` with one more listener, ``PROXIED``, which each
 node *advertises* at its proxy's port: a client that bootstraps from ``proxy_bootstrap()``
@@ -30,58 +44,135 @@ import socket
 import struct
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+import crc32c
 
 from .cluster import KafkaCluster, _free_ports
 
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhi")  # api key, api version, correlation id
+PRODUCE, FETCH, METADATA, INIT_PRODUCER_ID, END_TXN = 0, 1, 3, 22, 26
+# A v2 record batch header: offsets of the fields the proxy reads or rewrites.
+_CRC_AT, _ATTRIBUTES_AT, _PRODUCER_ID_AT, _EPOCH_AT, _SEQUENCE_AT, _COUNT_AT = \
+    17, 21, 43, 51, 53, 57
+_BATCH_HEADER_BYTES = 61
+
+
+class ProducedBatch(NamedTuple):
+    """One record batch of a Produce request, as it crossed the proxy."""
+
+    topic: str  # the name, or the topic id's hex for Produce v13+
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+
+class _Reader:
+    """Just enough of Kafka's primitive types to walk a Produce request."""
+
+    def __init__(self, buf: bytearray | bytes, pos: int, flexible: bool) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.flexible = flexible
+
+    def take(self, fmt: str) -> Any:
+        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return value
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.buf[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def length(self, fmt: str = ">h") -> int:
+        """A string/bytes/array length: compact (uvarint - 1) when flexible."""
+        return self.uvarint() - 1 if self.flexible else self.take(fmt)
+
+    def string(self) -> str:
+        size = self.length()
+        text = bytes(self.buf[self.pos:self.pos + max(size, 0)]).decode("utf-8", "replace")
+        self.pos += max(size, 0)
+        return text
+
+    def skip_tags(self) -> None:
+        if self.flexible:
+            for _ in range(self.uvarint()):
+                self.uvarint()
+                self.pos += self.uvarint()
+
+
+def _produce_batches(frame: bytearray | bytes) -> Iterator[tuple[str, int, int]]:
+    """(topic, partition, position of a batch header) for each record batch of a Produce
+    request frame (size prefix included)."""
+    version = _HEADER.unpack_from(frame, 4)[1]
+    flexible = version >= 9
+    reader = _Reader(frame, 4 + _HEADER.size, False)
+    client_id_length = reader.take(">h")
+    reader.pos += max(client_id_length, 0)
+    reader.flexible = flexible
+    reader.skip_tags()
+    reader.string()  # transactional id (nullable)
+    reader.take(">h")  # acks
+    reader.take(">i")  # timeout
+    for _ in range(reader.length(">i")):
+        if version >= 13:
+            topic = bytes(frame[reader.pos:reader.pos + 16]).hex()
+            reader.pos += 16
+        else:
+            topic = reader.string()
+        for _ in range(reader.length(">i")):
+            partition = reader.take(">i")
+            size = reader.length(">i")
+            end = reader.pos + max(size, 0)
+            position = reader.pos
+            while end - position >= _BATCH_HEADER_BYTES:
+                yield topic, partition, position
+                position += 12 + struct.unpack_from(">i", frame, position + 8)[0]
+            reader.pos = end
+            reader.skip_tags()
+        reader.skip_tags()
 
 
 def _produce_expects_response(frame: bytes) -> bool:
     """False for a Produce request with acks=0 (which gets no response)."""
     try:
         api_key, version, _ = _HEADER.unpack_from(frame, 4)
-        if api_key != 0:
+        if api_key != PRODUCE:
             return True
-        pos = 4 + _HEADER.size
-        (client_id_len,) = struct.unpack_from(">h", frame, pos)
-        pos += 2 + max(client_id_len, 0)
-        flexible = version >= 9
-        if flexible:
-            pos += _skip_tagged(frame, pos)
-            length, pos = _uvarint(frame, pos)
-            pos += max(length - 1, 0)  # compact nullable transactional id
-        else:
-            (length,) = struct.unpack_from(">h", frame, pos)
-            pos += 2 + max(length, 0)
-        (acks,) = struct.unpack_from(">h", frame, pos)
-        return acks != 0
+        reader = _Reader(frame, 4 + _HEADER.size, False)
+        client_id_length = reader.take(">h")
+        reader.pos += max(client_id_length, 0)
+        reader.flexible = version >= 9
+        reader.skip_tags()
+        reader.string()
+        return bool(reader.take(">h") != 0)
     except (struct.error, IndexError):
         return True
 
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
+@dataclass
+class _Rule:
+    """A fault armed for ``remaining`` more messages of the APIs in ``api_keys`` (None: all)."""
 
+    remaining: int
+    api_keys: frozenset[int] | None
+    delta: int = 0
 
-def _skip_tagged(buf: bytes, pos: int) -> int:
-    start = pos
-    count, pos = _uvarint(buf, pos)
-    for _ in range(count):
-        _, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
-        pos += size
-    return pos - start
+    def matches(self, api_key: int) -> bool:
+        return self.remaining > 0 and (self.api_keys is None or api_key in self.api_keys)
 
 
 class _Link:
@@ -92,8 +183,13 @@ class _Link:
         self.upstream = upstream
         self.requests = bytearray()  # client -> broker bytes not yet forwarded as frames
         self.responses = bytearray()
-        self.pending: list[tuple[int, bool]] = []  # (api key, targeted) per awaited response
+        self.pending: list[int] = []  # the API key of each awaited response, in order
         self.closed = False
+
+
+_STAT_KEYS = ("connections", "requests", "responses", "cut_responses", "cut_requests",
+              "cut_mid_responses", "dropped_responses", "rewritten_sequences",
+              "swallowed_bytes", "swallowed_responses")
 
 
 class KafkaProxy:
@@ -111,28 +207,47 @@ class KafkaProxy:
         self.port = self._server.getsockname()[1]
         self._lock = threading.Lock()
         self._links: list[_Link] = []
-        self._cut_responses = 0
-        self._cut_requests = 0
+        self._rules: dict[str, list[_Rule]] = {
+            "cut_responses": [], "cut_requests": [], "cut_mid_responses": [],
+            "dropped_responses": [], "rewritten_sequences": []}
         self._blackhole_until = 0.0
+        self._blackhole_keys: frozenset[int] | None = None
         self._delay_s = 0.0
         self._running = False
         self._thread: threading.Thread | None = None
-        self.stats = {"connections": 0, "cut_responses": 0, "cut_requests": 0,
-                      "requests": 0, "responses": 0, "swallowed_bytes": 0}
+        self.stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
+        # Responses swallowed (cut, dropped or blackholed) per API key.
+        self.swallowed_by_api: Counter[int] = Counter()
+        self.produced: list[ProducedBatch] = []
 
     # --- commands (any thread) --------------------------------------------------------------
 
-    def cut_after_responses(self, count: int = 1) -> None:
+    def _arm(self, kind: str, count: int, api_keys: set[int] | None, delta: int = 0) -> None:
+        keys = self.api_keys if api_keys is None else api_keys
         with self._lock:
-            self._cut_responses += count
+            self._rules[kind].append(_Rule(count, None if keys is None else frozenset(keys),
+                                           delta))
 
-    def cut_mid_request(self, count: int = 1) -> None:
-        with self._lock:
-            self._cut_requests += count
+    def cut_after_responses(self, count: int = 1, api_keys: set[int] | None = None) -> None:
+        self._arm("cut_responses", count, api_keys)
 
-    def blackhole(self, seconds: float) -> None:
+    def cut_mid_request(self, count: int = 1, api_keys: set[int] | None = None) -> None:
+        self._arm("cut_requests", count, api_keys)
+
+    def cut_mid_response(self, count: int = 1, api_keys: set[int] | None = None) -> None:
+        self._arm("cut_mid_responses", count, api_keys)
+
+    def drop_responses(self, count: int = 1, api_keys: set[int] | None = None) -> None:
+        self._arm("dropped_responses", count, api_keys)
+
+    def rewrite_sequences(self, count: int = 1, delta: int = 1) -> None:
+        self._arm("rewritten_sequences", count, {PRODUCE}, delta)
+
+    def blackhole(self, seconds: float, api_keys: set[int] | None = None) -> None:
+        keys = self.api_keys if api_keys is None else api_keys
         with self._lock:
             self._blackhole_until = time.monotonic() + seconds
+            self._blackhole_keys = None if keys is None else frozenset(keys)
 
     def delay(self, ms: float) -> None:
         with self._lock:
@@ -145,10 +260,21 @@ class KafkaProxy:
             self._close(link)
 
     def reset(self) -> None:
+        """Disarm every fault (counters and ``produced`` stay: use ``snapshot``)."""
         with self._lock:
-            self._cut_responses = self._cut_requests = 0
+            for rules in self._rules.values():
+                rules.clear()
             self._blackhole_until = 0.0
             self._delay_s = 0.0
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.stats)
+
+    def since(self, snapshot: dict[str, int]) -> dict[str, int]:
+        """What happened since ``snapshot()``: each counter's growth."""
+        with self._lock:
+            return {key: value - snapshot.get(key, 0) for key, value in self.stats.items()}
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -231,7 +357,7 @@ class KafkaProxy:
             sock.setblocking(True)
         with self._lock:
             self._links.append(_Link(client, upstream))
-        self.stats["connections"] += 1
+            self.stats["connections"] += 1
 
     def _close(self, link: _Link) -> None:
         if link.closed:
@@ -242,49 +368,85 @@ class KafkaProxy:
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
 
-    def _targeted(self, api_key: int) -> bool:
-        return self.api_keys is None or api_key in self.api_keys
+    def _fire(self, kind: str, api_key: int) -> _Rule | None:
+        """(Under the lock) consume one use of the first armed ``kind`` rule matching."""
+        for rule in self._rules[kind]:
+            if rule.matches(api_key):
+                rule.remaining -= 1
+                self.stats[kind] += 1
+                return rule
+        return None
 
     def _from_client(self, link: _Link, data: bytes) -> None:
         link.requests += data
         for frame in _whole_frames(link.requests):
             api_key = _HEADER.unpack_from(frame, 4)[0] if len(frame) >= 12 else -1
-            self.stats["requests"] += 1
             with self._lock:
-                cut = self._cut_requests > 0 and self._targeted(api_key)
-                if cut:
-                    self._cut_requests -= 1
+                self.stats["requests"] += 1
+                cut = self._fire("cut_requests", api_key) is not None
                 delay = self._delay_s
             if cut:
-                self.stats["cut_requests"] += 1
                 self._send(link, link.upstream, frame[:max(4, len(frame) // 2)])
                 self._close(link)
                 return
+            if api_key == PRODUCE:
+                frame = self._inspect_produce(frame)
             if delay:
                 time.sleep(delay)
             if _produce_expects_response(frame):
-                link.pending.append((api_key, self._targeted(api_key)))
+                link.pending.append(api_key)
             if not self._send(link, link.upstream, frame):
                 return
+
+    def _inspect_produce(self, frame: bytes) -> bytes:
+        """Record the batches of a Produce request, rewriting sequences if armed."""
+        out = bytearray(frame)
+        try:
+            for topic, partition, at in _produce_batches(out):
+                if out[at + 16] != 2:
+                    continue  # magic 0/1: no producer fields
+                with self._lock:
+                    rule = self._fire("rewritten_sequences", PRODUCE)
+                if rule is not None:
+                    sequence = struct.unpack_from(">i", out, at + _SEQUENCE_AT)[0]
+                    struct.pack_into(">i", out, at + _SEQUENCE_AT, sequence + rule.delta)
+                    end = at + 12 + struct.unpack_from(">i", out, at + 8)[0]
+                    struct.pack_into(">I", out, at + _CRC_AT,
+                                     crc32c.crc32c(bytes(out[at + _ATTRIBUTES_AT:end])))
+                producer_id, epoch, sequence, count = struct.unpack_from(
+                    ">qhii", out, at + _PRODUCER_ID_AT)
+                self.produced.append(ProducedBatch(topic, partition, producer_id, epoch,
+                                                   sequence, count))
+        except (struct.error, IndexError):
+            pass  # not a request this parser knows: forward it untouched
+        return bytes(out)
 
     def _from_broker(self, link: _Link, data: bytes) -> None:
         link.responses += data
         for frame in _whole_frames(link.responses):
-            _, targeted = link.pending.pop(0) if link.pending else (-1, True)
-            self.stats["responses"] += 1
+            api_key = link.pending.pop(0) if link.pending else -1
             with self._lock:
-                cut = self._cut_responses > 0 and targeted
-                if cut:
-                    self._cut_responses -= 1
-                blackholed = time.monotonic() < self._blackhole_until
+                self.stats["responses"] += 1
+                cut = self._fire("cut_responses", api_key) is not None
+                half = not cut and self._fire("cut_mid_responses", api_key) is not None
+                dropped = not (cut or half) and \
+                    self._fire("dropped_responses", api_key) is not None
+                blackholed = time.monotonic() < self._blackhole_until and (
+                    self._blackhole_keys is None or api_key in self._blackhole_keys)
+                swallowed = cut or dropped or blackholed
+                if swallowed:
+                    self.stats["swallowed_bytes"] += len(frame)
+                    self.stats["swallowed_responses"] += 1
+                    self.swallowed_by_api[api_key] += 1
                 delay = self._delay_s
             if cut:
-                self.stats["cut_responses"] += 1
-                self.stats["swallowed_bytes"] += len(frame)
                 self._close(link)
                 return
-            if blackholed:
-                self.stats["swallowed_bytes"] += len(frame)
+            if half:
+                self._send(link, link.client, frame[:max(4, len(frame) // 2)])
+                self._close(link)
+                return
+            if swallowed:
                 continue
             if delay:
                 time.sleep(delay)
@@ -323,6 +485,11 @@ class ProxiedKafkaCluster(KafkaCluster):
         self.proxy_api_keys = proxy_api_keys
         self.proxied_ports: dict[int, tuple[int, int]] = {}  # node -> (listen, advertised)
         self.proxies: dict[int, KafkaProxy] = {}
+
+    @property
+    def proxy(self) -> KafkaProxy:
+        """The proxy of node 1 (the only one of a single-node cluster)."""
+        return self.proxies[min(self.proxies)]
 
     def _write_properties(self, node_id: int) -> None:
         super()._write_properties(node_id)

@@ -290,8 +290,13 @@ class Sender:
             return True
         if state.bump_required and not state.ready_to_bump():
             return True  # let in-flight batches settle first; can_send holds new ones
+        if state.bump_required:
+            reason = state.bump_reason
+            if state.bump_epoch():  # KIP-360: same producer id, epoch + 1
+                self._bumped(state, reason)
+                return True
         if now_ms < self._pid_retry_at_ms:
-            return state.has_producer_id
+            return state.has_producer_id and not state.bump_required
         try:
             self._init_producer_id(state)
         except KafkaDsError as exc:
@@ -304,25 +309,28 @@ class Sender:
             return False
         return True
 
+    def _bumped(self, state: ProducerState, reason: str) -> None:
+        log.warning("new epoch for the idempotent producer (producer id %s, epoch %s); "
+                    "sequences restart at 0: %s", state.producer_id, state.producer_epoch,
+                    reason)
+        self.metrics.epoch_bumps += 1
+
     def _init_producer_id(self, state: ProducerState) -> None:
+        """A producer id for the idempotent producer: the first one, or a new one when the
+        epoch is exhausted (with no transactional id the broker cannot bump an epoch: it
+        ignores the id and epoch sent and always hands out a new producer id)."""
         connection = self.client.any_connection()
         version = connection.version_for(ApiKey.INIT_PRODUCER_ID)
-        bump = state.bump_required and version >= 3
         request = InitProducerIdRequest(
             transactional_id=None, transaction_timeout_ms=self.config.transaction_timeout_ms,
-            producer_id=state.producer_id if bump else -1,
-            producer_epoch=state.producer_epoch if bump else -1)
-        if version < 3:
-            request.producer_id = request.producer_epoch = -1
+            producer_id=-1, producer_epoch=-1)
         response = self.client.request(connection.node_id, request, version=version)
         if response.error_code:
             raise BrokerError(response.error_code, "InitProducerId for the idempotent producer")
-        if state.bump_required:
-            log.warning("new epoch for the idempotent producer (now producer id %s, epoch %s), "
-                        "sequences restart at 0: %s", response.producer_id,
-                        response.producer_epoch, state.bump_reason)
-            self.metrics.epoch_bumps += 1
+        reason = state.bump_reason if state.bump_required else ""
         state.set_producer_id(response.producer_id, response.producer_epoch)
+        if reason:
+            self._bumped(state, f"epoch exhausted, new producer id: {reason}")
 
     # --- draining and sending ----------------------------------------------------------------
 

@@ -109,7 +109,7 @@ class ProducerBatch:
 
     __slots__ = (
         "attempts", "base_sequence", "callbacks", "closed", "compression_ratio", "created_ms",
-        "delivery_deadline_ms", "encoded", "headers", "is_transactional", "keys",
+        "delivery_deadline_ms", "encoded", "fate_unknown", "headers", "is_transactional", "keys",
         "last_attempt_ms", "limit_bytes", "order", "partition", "producer_epoch", "producer_id",
         "result", "retry_at_ms", "size_bytes", "split_count", "timestamps", "topic", "values",
     )
@@ -132,6 +132,8 @@ class ProducerBatch:
         self.closed = False  # drained once: never appended to again
         self.attempts = 0
         self.last_attempt_ms = -1
+        # An attempt's reply was lost (timeout, cut connection): the broker may hold it.
+        self.fate_unknown = False
         self.retry_at_ms = 0
         self.producer_id = -1
         self.producer_epoch = -1

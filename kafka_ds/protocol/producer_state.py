@@ -1,22 +1,34 @@
 """Idempotent producer state: producer id and epoch, sequences, and what to do with each answer.
 
 Layer: protocol (sans-IO). Specs: KIP-98 (idempotence: producer id, epoch, per-partition
-sequences), KIP-360 (InitProducerId v3+ bumps the epoch of an idempotent producer that still
-holds its id), seed 000 (in-flight, unresolved and epoch-bump rules). The broker keeps the
-last 5 batches per (producer, partition), hence ``MAX_IN_FLIGHT`` = 5.
+sequences), KIP-360 (an idempotent producer bumps its own epoch, keeping its producer id),
+seed 000 (in-flight, unresolved and epoch-bump rules). The broker keeps the last 5 batches
+per (producer, partition), hence ``MAX_IN_FLIGHT`` = 5.
 
 Per partition::
 
     next_sequence         the sequence the next new batch gets (from 0 in every epoch)
     last_acked_sequence   the last sequence the broker confirmed
     in_flight             batches sent and not answered, in sequence order (<= 5)
-    unresolved            the last sequence of a batch that expired with its fate unknown
+    unresolved            the last sequence of a batch that failed or expired after it was
+                          sent: the broker may hold it or not (its fate is unknown)
+    rewind_to             the first sequence known NOT written (a batch split after
+                          MESSAGE_TOO_LARGE, or one that never reached the wire): later
+                          batches are renumbered from it once nothing is in flight
 
 Until a partition's first batch of an epoch is acknowledged, only that batch is in flight:
 a broker with no state for the producer accepts any first sequence, so a later batch must
 not overtake it (it would be written first, and the first one could never follow).
-    rewind_to             the first sequence known NOT written (a split or failed batch):
-                          later batches are renumbered from it once nothing is in flight
+
+The rule that keeps acknowledged records in the log: a sequence that went out on the wire
+is never given to another batch in the same epoch. A batch whose reply was lost (a
+NETWORK_EXCEPTION, a request timeout, a cut connection, NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+may have been written; if its sequences went to the next batch, the broker would take that
+batch for a duplicate of the written one and acknowledge it without writing it. So a sent
+batch that fails leaves its partition *unresolved*: a later acknowledgement proves it was
+written (the broker takes sequences only in order); otherwise, once nothing is in flight,
+the epoch is bumped and every sequence restarts at 0 (a transaction instead becomes
+abortable). This is what the Java client does.
 
 How a Produce answer for a sequenced batch is handled (``on_error``)::
 
@@ -29,11 +41,15 @@ How a Produce answer for a sequenced batch is handled (``on_error``)::
         batch is the next expected and still OOS .... idempotent: BUMP epoch, renumber, RETRY
                                                      transactional: FAIL (abortable)
     UNKNOWN_PRODUCER_ID ............................ idempotent: BUMP + RETRY; txn: FAIL
-    MESSAGE_TOO_LARGE, several records ............. SPLIT (pieces get fresh sequences)
-    anything else .................................. FAIL; later batches are renumbered
+    MESSAGE_TOO_LARGE, several records ............. SPLIT (pieces get fresh sequences), or
+                                                     FAIL if an earlier attempt was lost
+    anything else, or no retry left ................ FAIL; the partition is unresolved
 
-An idempotent producer bumps its epoch (InitProducerId with its current id and epoch) only
-when no batch of the old epoch is in flight; every sequence then restarts at 0.
+An idempotent producer bumps its epoch only when no batch of the old epoch is in flight.
+The bump is local, as in the Java client: same producer id, epoch + 1 (the broker accepts a
+higher epoch that starts at sequence 0, and fences the old one). InitProducerId cannot do
+it: with no transactional id the broker ignores the id and epoch sent and hands out a new
+producer id. Only an exhausted epoch (32767) needs a new producer id.
 """
 
 from __future__ import annotations
@@ -46,7 +62,16 @@ from kafka_ds.protocol.errors import ErrorCode, is_retriable
 
 MAX_IN_FLIGHT = 5
 NO_PRODUCER_ID = -1
+MAX_PRODUCER_EPOCH = 32767  # epochs are int16: past this only a new producer id continues
 _SEQUENCE_LIMIT = 1 << 31  # sequences are int32 and wrap to 0
+# Answers after which the broker may have written the batch anyway: the request timed out
+# (our side or the broker's replication wait), the connection broke, or the leader appended
+# it and then lacked replicas.
+AMBIGUOUS_CODES = frozenset({
+    ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.KAFKA_STORAGE_ERROR,
+})
 
 
 class Decision(Enum):
@@ -100,6 +125,15 @@ class ProducerState:
             state.last_acked_sequence = -1
             state.unresolved = None
             state.rewind_to = None
+
+    def bump_epoch(self) -> bool:
+        """KIP-360 for an idempotent producer: the same producer id with epoch + 1, every
+        sequence from 0. False (nothing changed) when the epoch is exhausted: the caller
+        then asks InitProducerId for a new producer id."""
+        if self.producer_epoch >= MAX_PRODUCER_EPOCH:
+            return False
+        self.set_producer_id(self.producer_id, self.producer_epoch + 1)
+        return True
 
     def request_bump(self, reason: str) -> None:
         if not self.transactional:
@@ -210,27 +244,35 @@ class ProducerState:
         if code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
             self.on_success_after_duplicate(batch, state)
             return Decision.SUCCESS
+        if code in AMBIGUOUS_CODES and batch.last_attempt_ms >= 0:
+            batch.fate_unknown = True
         stale = not self._current(batch)
-        if code == ErrorCode.MESSAGE_TOO_LARGE and batch.record_count > 1:
+        if code == ErrorCode.MESSAGE_TOO_LARGE and batch.record_count > 1 \
+                and not batch.fate_unknown:
             self._not_written(batch, state)
             return Decision.SPLIT
         if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and not stale:
             if state.rewind_to is not None and batch.base_sequence >= state.rewind_to:
                 batch.reset_sequence()
                 return Decision.RETRY if can_retry else Decision.FAIL
-            if batch.base_sequence != (state.last_acked_sequence + 1) % _SEQUENCE_LIMIT:
+            expected = (state.last_acked_sequence + 1) % _SEQUENCE_LIMIT
+            after_unresolved = state.unresolved is not None and \
+                batch.base_sequence == (state.unresolved + 1) % _SEQUENCE_LIMIT
+            if batch.base_sequence != expected and not after_unresolved:
                 return Decision.RETRY if can_retry else self._fail(batch, state)
+            # The broker lacks the sequences right before this batch: only a new epoch
+            # (sequences from 0) can continue.
             self.request_bump(f"broker reported OUT_OF_ORDER_SEQUENCE_NUMBER for "
                               f"{batch.topic}-{batch.partition} sequence {batch.base_sequence}")
             if self.transactional:
-                return Decision.FAIL
-            return Decision.RETRY if can_retry else Decision.FAIL
+                return self._fail(batch, state)
+            return Decision.RETRY if can_retry else self._fail(batch, state)
         if code == ErrorCode.UNKNOWN_PRODUCER_ID and not stale:
             self.request_bump(f"broker lost the state of producer {self.producer_id} for "
                               f"{batch.topic}-{batch.partition} (UNKNOWN_PRODUCER_ID)")
             if self.transactional:
-                return Decision.FAIL
-            return Decision.RETRY if can_retry else Decision.FAIL
+                return self._fail(batch, state)
+            return Decision.RETRY if can_retry else self._fail(batch, state)
         if can_retry and (is_retriable(code) or code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
             return Decision.RETRY
         return self._fail(batch, state)
@@ -240,17 +282,33 @@ class ProducerState:
             state.last_acked_sequence = batch.last_sequence
 
     def _fail(self, batch: ProducerBatch, state: PartitionSequence) -> Decision:
-        self._not_written(batch, state)
+        """``batch`` fails for good. If it ever went out its fate is unknown: never reuse
+        its sequences (see the module docstring); if it never did, they are free again."""
+        if batch.last_attempt_ms < 0:
+            self._not_written(batch, state)
+        else:
+            self._unresolved(batch, state)
         if self.transactional and self.abortable_reason is None:
             self.abortable_reason = f"a batch for {batch.topic}-{batch.partition} failed"
         return Decision.FAIL
 
     def _not_written(self, batch: ProducerBatch, state: PartitionSequence) -> None:
-        """The broker rejected ``batch``: its sequences, and all later ones, are free again."""
+        """The broker never saw or rejected ``batch``: its sequences, and all later ones,
+        are free again."""
         if batch.base_sequence < 0 or not self._current(batch):
             return
         if state.rewind_to is None or batch.base_sequence < state.rewind_to:
             state.rewind_to = batch.base_sequence
+
+    def _unresolved(self, batch: ProducerBatch, state: PartitionSequence) -> None:
+        """``batch`` may be in the log: nothing new goes to the partition until a later
+        acknowledgement proves it was written, or a new epoch makes it irrelevant."""
+        if batch.base_sequence < 0 or not self._current(batch):
+            return
+        last = batch.last_sequence
+        if last > state.last_acked_sequence and (state.unresolved is None
+                                                  or last > state.unresolved):
+            state.unresolved = last
 
     def on_expired(self, batch: ProducerBatch) -> None:
         """``batch`` failed on delivery timeout; if it was ever sent, its fate is unknown."""
@@ -260,10 +318,7 @@ class ProducerState:
         if batch.last_attempt_ms < 0:  # sequenced but never sent: certainly not written
             self._not_written(batch, state)
             return
-        last = batch.last_sequence
-        if last > state.last_acked_sequence and (state.unresolved is None
-                                                  or last > state.unresolved):
-            state.unresolved = last
+        self._unresolved(batch, state)
         if self.transactional and self.abortable_reason is None:
             self.abortable_reason = (f"a batch for {batch.topic}-{batch.partition} timed out "
                                      "(delivery.timeout.ms)")
