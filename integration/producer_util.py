@@ -82,6 +82,31 @@ def confluent_partitions(bootstrap: str, topic: str, keys: list[bytes]) -> list[
     return [result[index] for index in range(len(keys))]
 
 
+def wait_until_stable(bootstrap: str, topic: str, timeout_s: float = 60.0) -> None:
+    """Poll until no transaction is open on ``topic``: each partition's last stable offset
+    (ListOffsets at read_committed) equals its high watermark. A transaction's markers are
+    written after EndTxn returns (under transactions v1) or after the coordinator times it
+    out, so "committed" or "aborted" is not visible to readers at once."""
+    from kafka_ds.client import offsets
+    from kafka_ds.client.cluster import Cluster
+    from kafka_ds.client.config import ClientConfig
+    from kafka_ds.protocol.types import IsolationLevel
+
+    deadline = time.monotonic() + timeout_s
+    with Cluster.connect(ClientConfig.from_properties({"bootstrap.servers": bootstrap})) as c:
+        partitions = offsets.partitions_of(c, [topic])
+        while True:
+            stable = offsets.latest_offsets(c, partitions,
+                                            isolation_level=IsolationLevel.READ_COMMITTED)
+            high = offsets.latest_offsets(c, partitions)
+            if stable == high:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{topic}: last stable offsets {stable} did not reach the "
+                                     f"high watermarks {high} within {timeout_s} s")
+            time.sleep(0.05)
+
+
 # --- run in other OS processes (multiprocessing "spawn": module-level functions) -----------
 
 def prepare_elsewhere(bootstrap: str, topic: str, transactional_id: str, count: int,

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from integration.harness.proxy import PRODUCE, ProxiedKafkaCluster
+from integration.harness.proxy import END_TXN, PRODUCE, ProxiedKafkaCluster, swallowed
 from integration.producer_util import read_all
 from kafka_ds.client.producer import Producer
 from kafka_ds.protocol.errors import KafkaTimeoutError
+from kafka_ds.protocol.txn_state import TransactionAbortableError, TransactionStateError
 
 
 @pytest.fixture(scope="module")
@@ -304,6 +305,145 @@ def test_out_of_order_sequence_bumps_the_epoch_on_the_same_producer_id(
         shifted.producer_id, shifted.producer_epoch + 1, 10)
     assert bumps == 1
     assert [r.value for r in read_all(proxied.bootstrap(), topic)] == values
+
+
+def _txn_producer(cluster: ProxiedKafkaCluster, **extra: str) -> Producer:
+    return Producer({"bootstrap.servers": cluster.proxy_bootstrap(),
+                     "transactional.id": f"faults-{uuid.uuid4().hex}", "linger.ms": "0",
+                     "retry.backoff.ms": "50", **extra})
+
+
+def _committed(cluster: ProxiedKafkaCluster, topic: str) -> list[bytes | None]:
+    return [r.value for r in read_all(cluster.bootstrap(), topic, read_committed=True)]
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
+def test_timed_out_end_of_transaction_finishes_when_called_again(
+        proxied: ProxiedKafkaCluster, commit: bool) -> None:
+    """Issue 14, bug 2. Every EndTxn reply is lost: commit_transaction() (abort_transaction())
+    times out, although the coordinator did end the transaction. As in the Java client
+    (KIP-266), the same call made again finishes it; any other call says so. Then the
+    producer goes on."""
+    topic = _topic(proxied, 1)
+    proxy = proxied.proxy
+    values = [f"v-{i}".encode() for i in range(10)]
+    producer = _txn_producer(proxied, **{"request.timeout.ms": "3000"})
+    end = producer.commit_transaction if commit else producer.abort_transaction
+    other = producer.abort_transaction if commit else producer.commit_transaction
+    action = "commit_transaction" if commit else "abort_transaction"
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        assert producer.send_many(topic, values, partition=0).result(30) == 10
+        before = proxy.snapshot()
+        proxy.blackhole(120, api_keys={END_TXN})
+        with pytest.raises(KafkaTimeoutError, match=rf"{action}\(\)"):
+            end(timeout_ms=4000)
+        assert proxy.since(before).get(swallowed(END_TXN), 0) >= 1  # the fault fired
+        proxy.reset()
+        for refused in (producer.begin_transaction, other):
+            with pytest.raises(TransactionStateError, match=rf"{action}\(\) again"):
+                refused()
+        end(timeout_ms=30_000)  # the same call again: ends it (repeating EndTxn is safe)
+        producer.begin_transaction()
+        assert producer.send(topic, b"next", partition=0).result(30) is not None
+        producer.commit_transaction()
+    finally:
+        proxy.reset()
+        producer.close()
+    assert _committed(proxied, topic) == (values if commit else []) + [b"next"]
+
+
+def test_abort_sends_a_retried_batch_instead_of_waiting_for_its_expiry(
+        proxied: ProxiedKafkaCluster) -> None:
+    """Issue 14, bug 3. A batch is in flight when abort_transaction() starts; its reply is
+    lost, so it comes back for a retry. While aborting it must still go out (its partition
+    is in the transaction and it has its sequence), as in the Java client: the abort then
+    ends within seconds, not after delivery.timeout.ms."""
+    topic = _topic(proxied, 1)
+    proxy = proxied.proxy
+    delivery_timeout_s = 60
+    producer = _txn_producer(proxied, **{"request.timeout.ms": "2000",
+                                         "delivery.timeout.ms": str(delivery_timeout_s * 1000)})
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"first", partition=0).result(30)  # the partition is added
+        before = proxy.snapshot()
+        first = len(proxy.produced)
+        proxy.drop_responses(1, api_keys={PRODUCE})
+        in_flight = producer.send(topic, b"in flight", partition=0)
+        _wait_for(lambda: len(proxy.produced) > first, "the Produce request to go out")
+        started = time.monotonic()
+        producer.abort_transaction()
+        took_s = time.monotonic() - started
+        assert in_flight.exception(1) is None  # resent during the abort, and acknowledged
+        producer.begin_transaction()
+        producer.send(topic, b"after", partition=0).result(30)
+        producer.commit_transaction()
+    finally:
+        proxy.reset()
+        producer.close()
+    assert proxy.since(before)["dropped_responses"] == 1
+    attempts = proxy.produced[first:first + 2]
+    assert len(attempts) == 2 and attempts[0] == attempts[1]  # the same batch, resent
+    assert took_s < delivery_timeout_s / 4, f"abort took {took_s:.1f} s"
+    assert _committed(proxied, topic) == [b"after"]
+
+
+def test_a_batch_failing_during_commit_does_not_stall_it(proxied: ProxiedKafkaCluster) -> None:
+    """Issue 14, bug 3. commit_transaction() flushes; meanwhile one batch fails
+    (MESSAGE_TOO_LARGE for a single record), so the transaction can only abort. Of the
+    other partition's batches, the first is waiting for a retry (its reply was lost) and the
+    others are queued behind it. The retry must still go out, and the queued batches (never
+    sent) fail at once, as the Java client aborts undrained batches, instead of holding the
+    commit until delivery.timeout.ms. Then abort works and so does the next transaction."""
+    topic = _topic(proxied, 1)
+    small_topic = f"faults-small-{uuid.uuid4().hex[:10]}"
+    proxied.create_topic(small_topic, 1, config={"max.message.bytes": "1000"})
+    proxy = proxied.proxy
+    delivery_timeout_s = 60
+    producer = _txn_producer(proxied, **{"linger.ms": "25000", "batch.size": "4096",
+                                         "delivery.timeout.ms": str(delivery_timeout_s * 1000),
+                                         "request.timeout.ms": "2000"})
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        before = proxy.snapshot()
+        first = len(proxy.produced)
+        proxy.drop_responses(1, api_keys={PRODUCE})
+        # Three batches: the first goes at once (a full batch waits behind it) and its reply
+        # is lost; the others wait for its acknowledgement (the epoch's first on the
+        # partition goes alone).
+        queued = [producer.send(topic, b"%d" % i * 3000, partition=0) for i in range(3)]
+        assert len({id(future.batch) for future in queued}) == 3
+        _wait_for(lambda: len(proxy.produced) > first, "the first batch to go out")
+        too_large = producer.send(small_topic, b"x" * 2000, partition=0)
+        started = time.monotonic()
+        with pytest.raises(TransactionAbortableError, match="abort_transaction"):
+            producer.commit_transaction()
+        took_s = time.monotonic() - started
+        assert took_s < delivery_timeout_s / 4, f"commit took {took_s:.1f} s"
+        assert too_large.exception(1) is not None
+        assert queued[0].exception(1) is None  # retried during the abortable error
+        assert all(isinstance(f.exception(1), TransactionAbortableError) for f in queued[1:])
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, b"after", partition=0)
+        producer.commit_transaction()
+    finally:
+        proxy.reset()
+        producer.close()
+    assert proxy.since(before)["dropped_responses"] == 1
+    assert _committed(proxied, topic) == [b"after"]
+
+
+def _wait_for(condition: Any, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
 
 
 def test_leader_killed_mid_stream_exactly_once(kafka_cluster3: Any) -> None:

@@ -10,7 +10,6 @@ repeat the commit, and lose a transaction to its timeout.
 from __future__ import annotations
 
 import pickle
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -22,10 +21,13 @@ from integration.producer_util import (
     in_other_process,
     prepare_elsewhere,
     read_all,
+    wait_until_stable,
 )
 from kafka_ds.client.producer import Producer, complete_transaction
+from kafka_ds.protocol.errors import BrokerError, ErrorCode
 from kafka_ds.protocol.txn_state import (
     ProducerFencedError,
+    TransactionAbortableError,
     TransactionFatalError,
     TransactionLostError,
     TransactionStateError,
@@ -191,10 +193,40 @@ def test_transaction_past_its_timeout_is_lost(txn_cluster: tuple[KafkaCluster, i
     topic = _topic(cluster)
     token = prepare_elsewhere(cluster.bootstrap(), topic, f"slow-{uuid.uuid4().hex}", 10,
                               transaction_timeout_ms=2_000)
-    time.sleep(5)  # the broker aborts timed-out transactions about every second
+    wait_until_stable(cluster.bootstrap(), topic)  # the coordinator aborted it (timeout)
     with pytest.raises(TransactionLostError, match="transaction lost"):
         complete_transaction({"bootstrap.servers": cluster.bootstrap()}, token, commit=True)
     assert _committed_values(cluster, topic) == []
+
+
+def test_transaction_timed_out_by_the_coordinator_is_abortable(
+        txn_cluster: tuple[KafkaCluster, int]) -> None:
+    """Issue 14 (KIP-588): once the coordinator has aborted a transaction that outlived
+    transaction.timeout.ms (bumping the epoch), Produce answers INVALID_PRODUCER_EPOCH.
+    That is abortable, not fatal: under transactions v2 the abort goes through (EndTxn v5
+    accepts the retried end) and the next transaction works; a v1 coordinator answers the
+    abort with PRODUCER_FENCED, and only then is the producer finished."""
+    cluster, protocol = txn_cluster
+    topic = _topic(cluster, 1)
+    with _producer(cluster, f"expiring-{uuid.uuid4().hex}",
+                   **{"transaction.timeout.ms": "1000"}) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"first", partition=0).result(30)
+        wait_until_stable(cluster.bootstrap(), topic)  # the coordinator aborted it
+        late = producer.send(topic, b"late", partition=0).exception(30)
+        assert isinstance(late, BrokerError) and late.code == ErrorCode.INVALID_PRODUCER_EPOCH
+        with pytest.raises(TransactionAbortableError, match="abort_transaction"):
+            producer.commit_transaction()
+        if protocol == 2:
+            producer.abort_transaction()
+            producer.begin_transaction()
+            producer.send(topic, b"after", partition=0).result(30)
+            producer.commit_transaction()
+        else:
+            with pytest.raises(ProducerFencedError, match=r"transaction\.timeout\.ms"):
+                producer.abort_transaction()
+    assert _committed_values(cluster, topic) == ([b"after"] if protocol == 2 else [])
 
 
 def test_fenced_prepared_transaction_is_lost(txn_cluster: tuple[KafkaCluster, int]) -> None:

@@ -27,9 +27,10 @@ None meaning all). Responses are matched to requests in order, per connection; P
 requests with acks=0 (no response) are recognised and skipped.
 
 Tests count what *they* caused: ``snapshot()`` copies the counters, ``since(snapshot)`` gives
-the difference. ``produced`` records every Produce batch header that went through
-(partition, producer id, epoch, base sequence, record count), so a test can prove that a
-batch was resent as it was, or renumbered, without trusting the client's own account.
+the difference (``swallowed(api_key)`` names the per-API count of swallowed responses).
+``produced`` records every Produce batch header that went through (partition, producer id,
+epoch, base sequence, record count), so a test can prove that a batch was resent as it was,
+or renumbered, without trusting the client's own account.
 
 ``ProxiedKafkaCluster`` is a ``KafkaCluster`` with one more listener, ``PROXIED``, which each
 node *advertises* at its proxy's port: a client that bootstraps from ``proxy_bootstrap()``
@@ -44,7 +45,6 @@ import socket
 import struct
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,9 +215,9 @@ class KafkaProxy:
         self._delay_s = 0.0
         self._running = False
         self._thread: threading.Thread | None = None
+        # The counters above, plus "swallowed:<api key>": responses of that API swallowed
+        # (cut, dropped or blackholed).
         self.stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
-        # Responses swallowed (cut, dropped or blackholed) per API key.
-        self.swallowed_by_api: Counter[int] = Counter()
         self.produced: list[ProducedBatch] = []
 
     # --- commands (any thread) --------------------------------------------------------------
@@ -433,11 +433,12 @@ class KafkaProxy:
                     self._fire("dropped_responses", api_key) is not None
                 blackholed = time.monotonic() < self._blackhole_until and (
                     self._blackhole_keys is None or api_key in self._blackhole_keys)
-                swallowed = cut or dropped or blackholed
-                if swallowed:
+                lost = cut or dropped or blackholed
+                if lost:
                     self.stats["swallowed_bytes"] += len(frame)
                     self.stats["swallowed_responses"] += 1
-                    self.swallowed_by_api[api_key] += 1
+                    key = swallowed(api_key)
+                    self.stats[key] = self.stats.get(key, 0) + 1
                 delay = self._delay_s
             if cut:
                 self._close(link)
@@ -446,7 +447,7 @@ class KafkaProxy:
                 self._send(link, link.client, frame[:max(4, len(frame) // 2)])
                 self._close(link)
                 return
-            if swallowed:
+            if lost:
                 continue
             if delay:
                 time.sleep(delay)
@@ -460,6 +461,11 @@ class KafkaProxy:
         except OSError:
             self._close(link)
             return False
+
+
+def swallowed(api_key: int) -> str:
+    """The ``stats`` key counting swallowed responses of ``api_key``."""
+    return f"swallowed:{api_key}"
 
 
 def _whole_frames(buffer: bytearray) -> Iterator[bytes]:

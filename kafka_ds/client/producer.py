@@ -419,20 +419,30 @@ class Producer:
     def init_transactions(self, timeout_ms: int | None = None) -> None:
         """Register the transactional.id, fencing older producers using it and completing
         the transaction they left open. Call once, before the first transaction (again
-        after prepare_transaction() to start over with a fresh epoch)."""
+        after prepare_transaction() to start over with a fresh epoch). If it times out,
+        call it again."""
         txn = self._transactions()
+        action = "init_transactions()"
         timeout = self.config.max_block_ms if timeout_ms is None else timeout_ms
         with txn.lock:
-            txn.machine.transition(TxnState.INITIALIZING)
+            if not txn.machine.resume(action):
+                txn.machine.start(TxnState.INITIALIZING, action)
         try:
-            self._run(lambda sender: txn.init_task(sender, timeout), timeout,
-                      "init_transactions()")
+            self._run(lambda sender: txn.init_task(sender, timeout), timeout, action)
+        except KafkaTimeoutError as exc:
+            raise self._unfinished(action, exc) from exc
         except BaseException as exc:
             with txn.lock:
                 txn.machine.transition(TxnState.FATAL_ERROR, exc)
             raise
         with txn.lock:
             txn.machine.transition(TxnState.READY)
+
+    @staticmethod
+    def _unfinished(action: str, exc: KafkaTimeoutError) -> KafkaTimeoutError:
+        """The error of a transactional call that timed out part-way (KIP-266)."""
+        return KafkaTimeoutError(f"{exc}. The broker may have completed it: call {action} "
+                                 "again to finish (nothing else is allowed until then)")
 
     def begin_transaction(self) -> None:
         txn = self._transactions()
@@ -484,52 +494,60 @@ class Producer:
         return txn.token()
 
     def commit_transaction(self, timeout_ms: int | None = None) -> None:
+        """Flush, then commit. If it times out, call it again: the commit may have happened,
+        and calling again finishes it (the Java client's rule, KIP-266)."""
         txn = self._transactions()
-        txn.machine.require(TxnState.IN_TRANSACTION, TxnState.PREPARED,
-                            action="commit_transaction()")
-        self._flush_transaction(timeout_ms, "commit_transaction()")
-        with txn.lock:
-            txn.machine.transition(TxnState.COMMITTING)
+        action = "commit_transaction()"
+        if not txn.machine.resume(action):
+            txn.machine.require(TxnState.IN_TRANSACTION, TxnState.PREPARED, action=action)
+            self._flush_transaction(timeout_ms, action)
+            with txn.lock:
+                txn.machine.start(TxnState.COMMITTING, action)
         self._end(txn, True, timeout_ms)
 
     def abort_transaction(self, timeout_ms: int | None = None) -> None:
-        """Drop the records not yet sent, wait for those in flight, and abort."""
+        """Drop the records not yet sent, wait for those in flight (retries included), and
+        abort. If it times out or fails, call it again."""
         txn = self._transactions()
-        txn.machine.require(TxnState.IN_TRANSACTION, TxnState.PREPARED, TxnState.ABORTABLE_ERROR,
-                            action="abort_transaction()")
+        action = "abort_transaction()"
         with txn.lock:
-            txn.machine.transition(TxnState.ABORTING)
-        error = TransactionAbortableError("the transaction was aborted before this record was "
-                                          "sent")
-        self._run(lambda sender: sender.fail_queued(error), timeout_ms, "abort_transaction()")
-        self.flush(timeout_ms)
+            if not txn.machine.resume(action):
+                txn.machine.require(TxnState.IN_TRANSACTION, TxnState.PREPARED,
+                                    TxnState.ABORTABLE_ERROR, action=action)
+                txn.machine.start(TxnState.ABORTING, action)
+        # Batches never sent are dropped now (and by the sender on every loop while
+        # aborting); batches that went out, retries included, are waited for: EndTxn must
+        # not overtake them.
+        self._run(lambda sender: txn.abort_undrained(sender), timeout_ms, action)
+        try:
+            self.flush(timeout_ms)
+        except KafkaTimeoutError as exc:
+            raise self._unfinished(action, exc) from exc
         self._end(txn, False, timeout_ms)
-        if txn.state.abortable_reason is not None:
-            # Sequences of this epoch may be out of step with the broker (a batch failed or
-            # expired): start over with a fresh epoch, as a new producer would.
-            timeout = self.config.max_block_ms if timeout_ms is None else timeout_ms
-            txn.state.abortable_reason = None
-            with txn.lock:
-                txn.machine.transition(TxnState.INITIALIZING)
-            self._run(lambda sender: txn.init_task(sender, timeout), timeout,
-                      "abort_transaction()")
-            with txn.lock:
-                txn.machine.transition(TxnState.READY)
 
     def _end(self, txn: TransactionManager, commit: bool, timeout_ms: int | None) -> None:
+        """EndTxn (unless an earlier call got it through), then, after an abort that left
+        sequences out of step, a new epoch; READY at last. A timeout keeps the state (the
+        call is pending: calling it again resumes here)."""
         timeout = self.config.max_block_ms if timeout_ms is None else timeout_ms
-        if txn.partitions or txn.has_offsets:
-            try:
-                self._run(lambda sender: txn.end_task(sender, commit, timeout), timeout,
-                          "commit_transaction()" if commit else "abort_transaction()")
-            except TransactionAbortableError as exc:
-                txn.fail(exc)
-                raise
-            except BaseException as exc:
-                if not isinstance(exc, KafkaTimeoutError):
-                    with txn.lock:
-                        txn.machine.transition(TxnState.FATAL_ERROR, exc)
-                raise
+        action = "commit_transaction()" if commit else "abort_transaction()"
+        try:
+            if (txn.partitions or txn.has_offsets) and not txn.ended:
+                self._run(lambda sender: txn.end_task(sender, commit, timeout), timeout, action)
+            if not commit and txn.state.abortable_reason is not None:
+                # Sequences of this epoch may be out of step with the broker (a batch failed
+                # or expired): continue with a new epoch, as the Java client does.
+                self._run(lambda sender: txn.init_task(sender, timeout, bump=True), timeout,
+                          action)
+        except KafkaTimeoutError as exc:
+            raise self._unfinished(action, exc) from exc
+        except TransactionAbortableError as exc:
+            txn.fail(exc)  # a commit can only abort now; an abort stays pending
+            raise
+        except BaseException as exc:
+            with txn.lock:
+                txn.machine.transition(TxnState.FATAL_ERROR, exc)
+            raise
         with txn.lock:
             txn.machine.transition(TxnState.READY)
 

@@ -185,12 +185,21 @@ class TransactionManager:
         self.partitions: set[tuple[str, int]] = set()  # in the transaction
         self.has_offsets = False
         self.record_count = 0
+        # EndTxn of the current transaction succeeded (a repeated commit or abort after a
+        # timeout must not send it again once the epoch was bumped behind it).
+        self.ended = False
 
     # --- the sender's hooks ------------------------------------------------------------------
 
     def can_send(self, batch: ProducerBatch) -> bool:
-        if self.machine.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING,
-                                      TxnState.PREPARED):
+        state = self.machine.state
+        if state in (TxnState.ABORTING, TxnState.ABORTABLE_ERROR):
+            # Only a batch that went out already (it has its sequence) goes again: its
+            # retry must settle before EndTxn. Batches never sent are dropped instead
+            # (``abort_undrained``), as the Java client does.
+            if batch.base_sequence < 0:
+                return False
+        elif state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING, TxnState.PREPARED):
             return False
         return self.protocol == 2 or (batch.topic, batch.partition) in self.partitions
 
@@ -199,20 +208,29 @@ class TransactionManager:
 
     def on_batch_failed(self, batch: ProducerBatch, error: BaseException) -> None:
         with self.lock:
-            if isinstance(error, BrokerError) and error.code in (
-                    ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+            if isinstance(error, BrokerError) and error.code == ErrorCode.PRODUCER_FENCED:
                 self.machine.transition(TxnState.FATAL_ERROR, ProducerFencedError(fenced_message(
                     self.transactional_id, self.state.producer_id, self.state.producer_epoch,
                     f"producing to {batch.topic}-{batch.partition}")))
             elif self.machine.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING,
                                         TxnState.PREPARED):
+                # INVALID_PRODUCER_EPOCH lands here too: since KIP-588 it means the
+                # coordinator timed the transaction out (and bumped the epoch), which an
+                # abort recovers from where the broker allows it (transactions v2); a
+                # producer fenced by another one is told so by the abort's EndTxn.
                 self.machine.transition(TxnState.ABORTABLE_ERROR, error)
+                if self.state.abortable_reason is None:
+                    self.state.abortable_reason = str(error)
 
     def before_drain(self, sender: Sender) -> None:
-        """Under v1, add the partitions that got new batches before they may be drained."""
+        """Under v1, add the partitions that got new batches before they may be drained;
+        while aborting (or after an abortable error), drop what was never sent."""
         with sender.lock:
             new = sender.accumulator.new_partitions
             sender.accumulator.new_partitions = set()
+        if self.machine.state in (TxnState.ABORTING, TxnState.ABORTABLE_ERROR):
+            self.abort_undrained(sender)
+            return
         if self.machine.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING,
                                       TxnState.PREPARED):
             return
@@ -228,11 +246,25 @@ class TransactionManager:
             self.fail(exc)
             sender.fail_queued(exc, lambda batch: (batch.topic, batch.partition) in pending)
 
+    def abort_undrained(self, sender: Sender) -> int:
+        """Fail every queued batch that never went out: the transaction will be aborted, so
+        they must not be sent (the Java client does this on every sender loop)."""
+        error = self.machine.last_error
+        reason = f": {error}" if error is not None else ""
+        return sender.fail_queued(
+            TransactionAbortableError(f"the transaction of {self.transactional_id!r} is being "
+                                      f"aborted; this record was never sent{reason}"),
+            lambda batch: batch.base_sequence < 0)
+
     def fail(self, exc: BaseException) -> None:
-        """Record a failure: fatal ones end the producer, others spoil the transaction."""
+        """Record a failure: fatal ones end the producer, others spoil the transaction.
+
+        While ABORTING the state stays: the abort may simply be called again."""
         with self.lock:
             if isinstance(exc, TransactionFatalError):
                 self.machine.transition(TxnState.FATAL_ERROR, exc)
+            elif self.machine.state is TxnState.ABORTING:
+                self.machine.last_error = exc
             elif self.machine.state is not TxnState.FATAL_ERROR:
                 self.machine.transition(TxnState.ABORTABLE_ERROR, exc)
 
@@ -279,14 +311,24 @@ class TransactionManager:
 
     # --- tasks (sender thread) ---------------------------------------------------------------
 
-    def init_task(self, sender: Sender, timeout_ms: int) -> None:
+    def init_task(self, sender: Sender, timeout_ms: int, bump: bool = False) -> None:
         """FindCoordinator + InitProducerId: fences older producers of this id and completes
-        (commits or aborts) whatever transaction they left."""
+        (commits or aborts) whatever transaction they left.
+
+        ``bump``: a new epoch for this producer after an aborted transaction whose sequences
+        may be out of step. With InitProducerId v3+ (KIP-360) it sends its current id and
+        epoch, so that the coordinator bumps *its* epoch (and a retry whose reply was lost
+        gets the same answer) rather than treating it as a new producer."""
+        state = self.state
+
         def build(connection: Any) -> tuple[Any, int]:
             version = min(connection.version_for(ApiKey.INIT_PRODUCER_ID), INIT_PRODUCER_ID_MAX)
+            current = bump and version >= 3 and state.has_producer_id
             return InitProducerIdRequest(
                 transactional_id=self.transactional_id,
-                transaction_timeout_ms=self.transaction_timeout_ms), version
+                transaction_timeout_ms=self.transaction_timeout_ms,
+                producer_id=state.producer_id if current else -1,
+                producer_epoch=state.producer_epoch if current else -1), version
 
         response = self._coordinator(sender).call(build, "InitProducerId", timeout_ms)
         if response.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT:
@@ -296,6 +338,7 @@ class TransactionManager:
                 " (15 minutes by default)")
         self._raise_for(response.error_code, "InitProducerId")
         self.state.set_producer_id(response.producer_id, response.producer_epoch)
+        self.state.abortable_reason = None
         with sender.lock:
             sender.accumulator.new_partitions.clear()
 
@@ -307,6 +350,7 @@ class TransactionManager:
         self.partitions = set()
         self.has_offsets = False
         self.record_count = 0
+        self.ended = False
         return self.protocol
 
     def send_offsets_task(self, sender: Sender, offsets: Mapping[tuple[str, int], Any],
@@ -359,6 +403,7 @@ class TransactionManager:
         what = "committing" if commit else "aborting"
         response = self._coordinator(sender).call(build, f"EndTxn ({what})", timeout_ms)
         self._raise_for(response.error_code, f"{what} the transaction")
+        self.ended = True
         if protocol == 2 and response.producer_id >= 0:
             # KIP-890: the coordinator bumped the epoch; the next transaction uses it.
             state.set_producer_id(response.producer_id, response.producer_epoch)

@@ -30,7 +30,15 @@ client-side (flush without EndTxn; the broker has no prepare RPC).
 
 An *abortable* error spoils the current transaction only: abort it and begin another. A
 *fatal* error ends the producer: another producer took over the transactional id (it was
-fenced), the coordinator timed the transaction out, or the client is not authorised.
+fenced), the coordinator timed the transaction out (under transactions v1), or the client is
+not authorised. An abortable error while ABORTING leaves the state ABORTING: the error is
+raised and abort_transaction() may be called again (Java skips that transition too).
+
+A call that times out part-way (KIP-266) leaves its state as it is (INITIALIZING,
+COMMITTING or ABORTING) and remembers itself as ``pending_action``: the coordinator may well
+have finished (an EndTxn reply was lost), so the only way on is to call the *same* method
+again, which finishes the work (ending a transaction twice the same way is harmless). Any
+other call is refused with a message saying so.
 """
 
 from __future__ import annotations
@@ -68,6 +76,10 @@ TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {
 }
 
 
+# States a call may leave behind when it times out part-way (see ``pending_action``).
+_PENDING_STATES = frozenset({S.INITIALIZING, S.COMMITTING, S.ABORTING})
+
+
 class TransactionStateError(KafkaDsError):
     """A transactional method was called in a state that does not allow it."""
 
@@ -98,6 +110,29 @@ class TxnStateMachine:
         self.transactional_id = transactional_id
         self.state = TxnState.UNINITIALIZED
         self.last_error: BaseException | None = None
+        # "commit_transaction()", "abort_transaction()" or "init_transactions()" while that
+        # call has started its state and not finished it (it may have timed out).
+        self.pending_action: str | None = None
+
+    def start(self, target: TxnState, action: str) -> None:
+        """``action`` moves to ``target`` (INITIALIZING, COMMITTING, ABORTING) and is pending
+        until it reaches its end state."""
+        self.transition(target)
+        self.pending_action = action
+
+    def resume(self, action: str) -> bool:
+        """True when ``action`` must finish its own earlier call that did not complete (its
+        state is unchanged); refuses a different action while one is pending."""
+        if self.pending_action is None or self.state not in _PENDING_STATES:
+            return False
+        if self.pending_action == action:
+            return True
+        raise TransactionStateError(self._pending_message(action))
+
+    def _pending_message(self, action: str) -> str:
+        return (f"cannot {action}: the previous {self.pending_action} of transactional "
+                f"producer {self.transactional_id!r} did not finish (it timed out, or failed "
+                f"part-way); call {self.pending_action} again to finish it")
 
     def transition(self, target: TxnState, error: BaseException | None = None) -> None:
         if target is TxnState.FATAL_ERROR:
@@ -113,6 +148,8 @@ class TxnStateMachine:
                 f"transactional producer {self.transactional_id!r}: cannot go from "
                 f"{self.state.value} to {target.value}{self._hint(target)}")
         self.state = target
+        if target not in _PENDING_STATES:
+            self.pending_action = None
         if target is TxnState.ABORTABLE_ERROR:
             self.last_error = error
         elif target in (TxnState.READY, TxnState.IN_TRANSACTION):
@@ -138,6 +175,8 @@ class TxnStateMachine:
                 f"transactional producer {self.transactional_id!r} cannot {action}: it hit a "
                 f"fatal error: {self.last_error}") from self.last_error
         if self.state not in states:
+            if self.pending_action is not None and self.state in _PENDING_STATES:
+                raise TransactionStateError(self._pending_message(action))
             if self.state is TxnState.ABORTABLE_ERROR:
                 raise TransactionAbortableError(
                     f"cannot {action}: the transaction of {self.transactional_id!r} failed "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 
 import pytest
 
@@ -32,6 +33,45 @@ def test_happy_path_and_prepare() -> None:
                   S.PREPARED, S.INITIALIZING, S.READY, S.IN_TRANSACTION, S.ABORTING, S.READY):
         machine.transition(state)
     assert machine.state is S.READY
+
+
+# Written by hand from the Java client's TransactionManager.State.isTransitionValid (target
+# <- allowed sources), then turned around: state -> states it may move to. FATAL_ERROR is
+# reachable from every state and leads nowhere, in both.
+JAVA = {
+    S.UNINITIALIZED: {S.INITIALIZING},
+    S.INITIALIZING: {S.READY, S.ABORTABLE_ERROR},
+    S.READY: {S.UNINITIALIZED, S.IN_TRANSACTION},
+    S.IN_TRANSACTION: {S.COMMITTING, S.ABORTING, S.ABORTABLE_ERROR},
+    S.COMMITTING: {S.READY, S.ABORTABLE_ERROR},
+    S.ABORTING: {S.INITIALIZING, S.READY},
+    S.ABORTABLE_ERROR: {S.UNINITIALIZED, S.ABORTING, S.ABORTABLE_ERROR},
+}
+# Where kafka_ds differs on purpose, and why.
+ADDED = {
+    # prepare_transaction() (the exactly-once sink): flushed, not ended.
+    S.IN_TRANSACTION: {S.PREPARED},
+    S.PREPARED: {S.COMMITTING, S.ABORTING, S.INITIALIZING, S.ABORTABLE_ERROR},
+    # init_transactions() again from READY starts over with a fresh epoch.
+    S.READY: {S.INITIALIZING},
+}
+REMOVED = {
+    # Java's INITIALIZING -> ABORTABLE_ERROR and ABORTING -> INITIALIZING are the epoch bump
+    # after an abort; kafka_ds bumps while still ABORTING, then goes to READY.
+    S.INITIALIZING: {S.ABORTABLE_ERROR},
+    S.ABORTING: {S.INITIALIZING},
+    # UNINITIALIZED after a transactional-id / cluster authorisation error: kafka_ds makes
+    # those fatal (the configuration must change; a new producer is needed anyway).
+    S.READY: {S.UNINITIALIZED},
+    S.ABORTABLE_ERROR: {S.UNINITIALIZED},
+}
+
+
+def test_transitions_are_java_s_plus_the_listed_differences() -> None:
+    expected = {state: (JAVA.get(state, set()) | ADDED.get(state, set()))
+                - REMOVED.get(state, set()) for state in TxnState if state is not S.FATAL_ERROR}
+    expected[S.FATAL_ERROR] = set()
+    assert {state: set(targets) for state, targets in TRANSITIONS.items()} == expected
 
 
 def test_every_listed_transition_is_allowed_and_others_refused() -> None:
@@ -99,3 +139,46 @@ def test_lost_and_fenced_errors_explain() -> None:
     assert "another producer" in text and "transaction.timeout.ms" in text
     assert issubclass(ProducerFencedError, TransactionFatalError)
     assert not issubclass(TransactionLostError, TransactionFatalError)
+
+
+# --- issue 14, bug 2: a call that timed out part-way is finished by calling it again --------
+
+@pytest.mark.parametrize(("state", "action"), [
+    (S.COMMITTING, "commit_transaction()"), (S.ABORTING, "abort_transaction()"),
+    (S.INITIALIZING, "init_transactions()")])
+def test_a_pending_call_resumes_and_blocks_every_other(state: TxnState, action: str) -> None:
+    machine = TxnStateMachine("sink-9")
+    machine.state = {S.COMMITTING: S.IN_TRANSACTION, S.ABORTING: S.IN_TRANSACTION,
+                     S.INITIALIZING: S.UNINITIALIZED}[state]
+    machine.start(state, action)
+    # ... it timed out: the state is unchanged and the same call may go on.
+    assert machine.resume(action)
+    for other in ("commit_transaction()", "abort_transaction()", "init_transactions()"):
+        if other != action:
+            with pytest.raises(TransactionStateError, match=re.escape(f"call {action} again")):
+                machine.resume(other)
+    with pytest.raises(TransactionStateError, match=re.escape(f"call {action} again")):
+        machine.require(S.READY, action="begin_transaction()")
+    machine.transition(S.READY)
+    assert machine.pending_action is None and not machine.resume(action)
+
+
+def test_nothing_pending_resumes_nothing() -> None:
+    machine = TxnStateMachine("sink-9")
+    assert not machine.resume("init_transactions()")
+    for state in (S.INITIALIZING, S.READY):
+        machine.transition(state)
+        assert not machine.resume("init_transactions()")
+    machine.transition(S.IN_TRANSACTION)
+    machine.transition(S.COMMITTING)  # not through start(): not a pending call
+    assert not machine.resume("commit_transaction()")
+
+
+def test_an_abortable_error_ends_a_pending_commit() -> None:
+    machine = TxnStateMachine("sink-9")
+    machine.state = S.IN_TRANSACTION
+    machine.start(S.COMMITTING, "commit_transaction()")
+    machine.transition(S.ABORTABLE_ERROR, RuntimeError("TRANSACTION_ABORTABLE"))
+    assert machine.pending_action is None
+    with pytest.raises(TransactionAbortableError, match="abort_transaction"):
+        machine.require(S.IN_TRANSACTION, action="commit_transaction()")
