@@ -24,6 +24,7 @@ from integration.fetch_helpers import (
     produce_values,
 )
 from integration.harness.cluster import KafkaCluster
+from integration.producer_util import wait_until_stable
 from integration.props import kafka_ds_properties
 from kafka_ds.client.admin import Admin
 from kafka_ds.client.fetcher import Fetcher
@@ -259,6 +260,9 @@ def test_transactions_read_committed_and_uncommitted(kafka: KafkaCluster,
                                                      decode_threads: int) -> None:
     topic = topic_factory()
     _transactional_log(kafka, topic)
+    # Under transactions v1 (Kafka 3.x) the markers are written after EndTxn returns: the
+    # last transaction is below the LSO only once they are.
+    wait_until_stable(kafka.bootstrap(), topic)
     committed_reader = make_fetcher(isolation_level="read_committed", include_headers=True,
                                     max_partition_fetch_bytes=4_096,
                                     decode_threads=decode_threads)

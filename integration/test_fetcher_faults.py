@@ -8,7 +8,10 @@ we may restart without disturbing other tests) and the shared 3-node cluster.
 from __future__ import annotations
 
 import itertools
+import pickle
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,8 +20,15 @@ import pytest
 from integration.fetch_helpers import arrow_rows, confluent_rows, produce, produce_values
 from integration.harness.cluster import KafkaCluster
 from integration.props import kafka_ds_properties
+from kafka_ds.client.admin import Admin
 from kafka_ds.client.fetcher import Fetcher
 from kafka_ds.client.offsets import latest_offsets
+from kafka_ds.client.topic_errors import (
+    TopicAuthorizationError,
+    TopicDeletedError,
+    UnknownTopicError,
+)
+from kafka_ds.protocol.errors import DataLossError, ErrorCode
 from kafka_ds.protocol.types import TopicPartition
 
 
@@ -132,3 +142,142 @@ def test_leader_killed_mid_read(kafka_cluster3: KafkaCluster,
         nodes = {s.node_id for s in fetcher.sent_requests}
         assert leader in nodes and len(nodes) >= 2, "continued from the new leader"
         assert fetcher.metrics.retries >= 1
+
+
+# --- issue 14, bug 4: "not authorised", "not (yet) known" and "deleted" are three things ----
+
+def _deny_alice(cluster: KafkaCluster, topic: str) -> None:
+    """An ACL (made by confluent-kafka's admin client over PLAINTEXT, whose ANONYMOUS
+    principal is a super user in the harness) denying User:alice everything on ``topic``."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    binding = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice",
+                         "*", AclOperation.ALL, AclPermissionType.DENY)
+    for future in admin.create_acls([binding]).values():
+        future.result(30)
+
+
+def _alice_fetcher(cluster: KafkaCluster, **options: Any) -> Fetcher:
+    props = {**kafka_ds_properties(cluster, "SASL_PLAIN", username="alice"),
+             "fail.on.data.loss": "false"}
+    props.update({k.replace("_", "."): str(v) for k, v in options.items()})
+    return Fetcher.from_properties(props)
+
+
+@pytest.mark.parametrize("when", ["next_task", "mid_read"])
+def test_a_revoked_acl_is_an_authorization_error_never_data_loss(
+        kafka: KafkaCluster, topic_factory: Callable[..., str], when: str) -> None:
+    """With fail.on.data.loss=false, an ACL revoked while a query runs must fail the read
+    with TopicAuthorizationError (naming the topic and the principal), not skip the range
+    as if the topic had been deleted. The next task (a new fetcher) learns it from
+    Metadata; a read under way from Fetch."""
+    topic = topic_factory()
+    produce_values(kafka, topic, 3_000, **{"batch.size": 4_096})
+    options = {"max_partition_fetch_bytes": 4_096, "arrow_batch_rows": 100}
+    with _alice_fetcher(kafka, **options) as fetcher:
+        assert len(arrow_rows(list(fetcher.read_arrow([(topic, 0, 0, 100)])))) == 100
+        if when == "mid_read":
+            batches = fetcher.read_arrow([(topic, 0, 100, 3_000)])
+            next(batches)
+            _deny_alice(kafka, topic)
+            with pytest.raises(TopicAuthorizationError) as caught:
+                list(batches)
+    if when == "next_task":
+        _deny_alice(kafka, topic)
+        _wait_for_denial(kafka, topic)
+        with _alice_fetcher(kafka, **options) as fetcher, \
+                pytest.raises(TopicAuthorizationError) as caught:
+            list(fetcher.read_arrow([(topic, 0, 100, 3_000)]))
+    error = caught.value
+    assert error.topic == topic and error.principal == "User:alice"
+    assert topic in str(error) and "User:alice" in str(error)
+    assert fetcher.metrics.data_loss_incidents == 0 and fetcher.metrics.offsets_skipped == 0
+    assert pickle.loads(pickle.dumps(error)).principal == "User:alice"
+
+
+def _wait_for_denial(cluster: KafkaCluster, topic: str, timeout_s: float = 30.0) -> None:
+    """ACLs reach every broker through the metadata log: wait until ours is in force, as
+    librdkafka (logged in as alice) sees it."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(cluster.librdkafka_config("SASL_PLAIN"))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        error = admin.list_topics(topic, timeout=10).topics[topic].error
+        if error is not None and error.code() == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+            return
+        assert time.monotonic() < deadline, f"the ACL never took effect: {error}"
+        time.sleep(0.05)
+
+
+def test_a_topic_not_yet_known_is_waited_for(kafka: KafkaCluster) -> None:
+    """A topic the broker does not know (yet) is retried, not taken for deleted: here it is
+    created, and written to, while the read waits. fail.on.data.loss=false must not turn
+    the wait into a silent skip."""
+    topic = f"not-yet-{uuid.uuid4().hex[:10]}"
+
+    def create_later() -> None:
+        time.sleep(1.0)
+        kafka.create_topic(topic, 1)
+        produce_values(kafka, topic, 50)
+
+    creator = threading.Thread(target=create_later)
+    props = {**kafka_ds_properties(kafka), "fail.on.data.loss": "false",
+             "fetch.timeout.ms": "60000"}
+    with Fetcher.from_properties(props) as fetcher:
+        creator.start()
+        try:
+            rows = arrow_rows(list(fetcher.read_arrow([(topic, 0, 0, 50)])))
+        finally:
+            creator.join()
+        assert [r["offset"] for r in rows] == list(range(50))
+        assert fetcher.metrics.data_loss_incidents == 0
+        assert fetcher.metrics.retries >= 1  # it did wait for the topic
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_topic_that_never_existed_is_unknown_not_deleted(kafka: KafkaCluster,
+                                                           fail_on_data_loss: bool) -> None:
+    topic = f"never-{uuid.uuid4().hex[:10]}"
+    props = {**kafka_ds_properties(kafka), "fetch.timeout.ms": "2000",
+             "fail.on.data.loss": str(fail_on_data_loss).lower()}
+    with Fetcher.from_properties(props) as fetcher, \
+            pytest.raises(UnknownTopicError, match=rf"{topic}.*fetch\.timeout\.ms") as caught:
+        list(fetcher.read_arrow([(topic, 0, 0, 5)]))
+    assert not isinstance(caught.value, DataLossError)
+    assert fetcher.metrics.data_loss_incidents == 0
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_topic_deleted_mid_read_is_data_loss(kafka: KafkaCluster,
+                                               topic_factory: Callable[..., str],
+                                               fail_on_data_loss: bool) -> None:
+    topic = topic_factory()
+    produce_values(kafka, topic, 3_000, **{"batch.size": 4_096})
+    props = {**kafka_ds_properties(kafka), "max.partition.fetch.bytes": "4096",
+             "arrow.batch.rows": "100", "fetch.timeout.ms": "60000",
+             "fail.on.data.loss": str(fail_on_data_loss).lower()}
+    with Fetcher.from_properties(props) as fetcher, \
+            Admin.from_properties({"bootstrap.servers": kafka.bootstrap()}) as admin:
+        batches = fetcher.read_arrow([(topic, 0, 0, 3_000)])
+        got = [next(batches)]
+        admin.delete_topics([topic])
+        if fail_on_data_loss:
+            with pytest.raises(TopicDeletedError, match="deleted") as caught:
+                got += list(batches)
+            assert caught.value.topic == topic and caught.value.partition == 0
+            assert pickle.loads(pickle.dumps(caught.value)).topic == topic
+        else:
+            got += list(batches)
+            assert fetcher.metrics.offsets_skipped > 0
+        assert fetcher.metrics.data_loss_incidents == 1
+    offsets = [r["offset"] for r in arrow_rows(got)]
+    assert offsets == list(range(len(offsets))) and len(offsets) < 3_000

@@ -102,6 +102,11 @@ def server_properties(node_id: int, ports: Mapping[int, Mapping[str, int]], log_
         "background.threads": "4",
         "num.recovery.threads.per.data.dir": "1",
         "log.cleaner.threads": "1",
+        # ACLs for authorisation tests: a resource without ACLs stays open to everyone, and
+        # ANONYMOUS (PLAINTEXT, the brokers and controllers themselves) is never denied.
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "true",
+        "super.users": "User:ANONYMOUS",
         **extra,
     }
     return "".join(f"{k}={v}\n" for k, v in props.items())

@@ -5,9 +5,15 @@ Layer: client (over ``net.NetworkClient``; never pyspark).
 ``Cluster`` keeps the last Metadata answer and refreshes it when asked for a topic it does
 not know, when a caller reports an error that says the view is stale (NOT_LEADER_OR_FOLLOWER,
 UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH ...: ``BrokerError.invalid_metadata``), or
-when the cache is older than ``metadata.max.age.ms``. Requests are routed by kind: partition
-data to the partition leader, group requests to the group coordinator, transaction requests
-to the transaction coordinator (FindCoordinator, cached until an error says it moved).
+when the cache is older than ``metadata.max.age.ms``. A topic-level error in a Metadata
+answer is kept per topic (``topic_errors``) and ``topic()`` raises what it means
+(``topic_errors`` module): TOPIC_AUTHORIZATION_FAILED is ``TopicAuthorizationError``,
+UNKNOWN_TOPIC_OR_PARTITION ``UnknownTopicError`` (retriable: "not known here"), a topic
+still being created (LEADER_NOT_AVAILABLE) is waited for; none of them means "deleted".
+
+Requests are routed by kind: partition data to the partition leader, group requests to the
+group coordinator, transaction requests to the transaction coordinator (FindCoordinator,
+cached until an error says it moved).
 """
 
 from __future__ import annotations
@@ -19,9 +25,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from kafka_ds.client.config import ClientConfig
+from kafka_ds.client.topic_errors import TopicAuthorizationError, UnknownTopicError
 from kafka_ds.net.pool import NetworkClient
 from kafka_ds.protocol.api_keys import ApiKey
-from kafka_ds.protocol.errors import BrokerError, ErrorCode, KafkaTimeoutError
+from kafka_ds.protocol.errors import BrokerError, ErrorCode, KafkaDsError, KafkaTimeoutError
 from kafka_ds.protocol.messages.find_coordinator import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
@@ -34,16 +41,8 @@ from kafka_ds.protocol.messages.metadata import (
 
 log = logging.getLogger(__name__)
 
-
-class UnknownTopicError(BrokerError):
-    """A topic the cluster does not have (UNKNOWN_TOPIC_OR_PARTITION after a refresh)."""
-
-    def __init__(self, topic: str) -> None:
-        super().__init__(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist")
-        self.topic = topic
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (UnknownTopicError, (self.topic,))
+__all__ = ["BrokerInfo", "Cluster", "CoordinatorType", "PartitionInfo", "TopicAuthorizationError",
+           "TopicInfo", "UnknownTopicError"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +94,8 @@ class Cluster:
         self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
         self.cluster_id: str | None = None
         self.controller_id = -1
+        # The error code of the last Metadata answer for each topic that had one.
+        self.topic_errors: dict[str, int] = {}
         self._refreshed_at_ms: int | None = None
         self._stale = True
         self._coordinators: dict[tuple[int, str], int] = {}
@@ -131,16 +132,44 @@ class Cluster:
         """Fetch metadata for ``topics`` (plus those already cached); None means all topics."""
         wanted = None if topics is None else sorted(set(topics) | set(self.topics))
         connection = self.client.any_connection()
-        version = connection.version_for(ApiKey.METADATA)
+        response = self._metadata(connection.node_id, connection.version_for(ApiKey.METADATA),
+                                  wanted, timeout_ms)
+        self._apply(response, replace_all=wanted is None)
+
+    def _metadata(self, node_id: int, version: int, wanted: list[str] | None,
+                  timeout_ms: int | None) -> MetadataResponse:
         request_topics: list[MetadataRequestTopic] | None
         if wanted is None:
             request_topics = None if version >= 1 else []
         else:
             request_topics = [MetadataRequestTopic(name=name) for name in wanted]
         request = MetadataRequest(topics=request_topics, allow_auto_topic_creation=False)
-        response: MetadataResponse = self.client.request(
-            connection.node_id, request, timeout_ms=timeout_ms, version=version)
-        self._apply(response, replace_all=wanted is None)
+        response: MetadataResponse = self.client.request(node_id, request,
+                                                         timeout_ms=timeout_ms, version=version)
+        return response
+
+    def known_by_any_broker(self, name: str, timeout_ms: int | None = None) -> bool | None:
+        """Does any live broker know topic ``name``? None when none could be asked.
+
+        A broker whose metadata lags may not know a topic created a moment ago, but none
+        forgets one that exists: if every broker says UNKNOWN_TOPIC_OR_PARTITION, a topic
+        seen before was deleted. (Asks each broker once: for that rare decision only.)"""
+        answered = False
+        for node_id in sorted(self.brokers):
+            try:
+                connection = self.client.connection(node_id)
+                response = self._metadata(node_id, connection.version_for(ApiKey.METADATA),
+                                          [name], timeout_ms)
+            except KafkaDsError as exc:
+                log.debug("asking broker %s about topic %r: %s", node_id, name, exc)
+                continue
+            for topic in response.topics:
+                if topic.name != name:
+                    continue
+                if topic.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    return True  # known (or at least not unknown: not authorised, ...)
+                answered = True
+        return False if answered else None
 
     def _apply(self, response: MetadataResponse, replace_all: bool) -> None:
         self.brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack)
@@ -153,11 +182,14 @@ class Cluster:
             if topic.name is None:
                 continue
             if topic.error_code:
-                # Unknown or still-being-created topics must not linger in the cache.
+                # Unknown, unauthorised or still-being-created topics must not linger in the
+                # cache; what the error was is kept for ``topic()`` to explain.
                 topics.pop(topic.name, None)
+                self.topic_errors[topic.name] = topic.error_code
                 if topic.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     log.debug("metadata for %s: error %s", topic.name, topic.error_code)
                 continue
+            self.topic_errors.pop(topic.name, None)
             partitions = {
                 p.partition_index: PartitionInfo(
                     topic.name, p.partition_index, p.leader_id, p.leader_epoch,
@@ -187,14 +219,37 @@ class Cluster:
             self.refresh([name], timeout_ms=timeout)
             info = self.topics.get(name)
             if info is None:
-                raise UnknownTopicError(name)
-            if all(p.leader_id >= 0 for p in info.partitions.values()):
+                error = self.topic_error(name)
+                if not error.retriable or isinstance(error, UnknownTopicError):
+                    raise error
+                if self.client.clock.monotonic_ms() >= deadline_ms:
+                    raise KafkaTimeoutError(f"metadata of topic {name!r} still says {error.name}"
+                                            f" after {timeout} ms") from error
+            elif all(p.leader_id >= 0 for p in info.partitions.values()):
                 return info
-            if self.client.clock.monotonic_ms() >= deadline_ms:
+            elif self.client.clock.monotonic_ms() >= deadline_ms:
                 missing = sorted(p.partition for p in info.partitions.values() if p.leader_id < 0)
                 raise KafkaTimeoutError(f"partitions {missing} of {name!r} have no leader after "
                                         f"{timeout} ms")
             self.client.clock.sleep_ms(self.retry_backoff_ms)
+
+    def topic_error(self, name: str) -> BrokerError:
+        """The error for a topic the last Metadata answer did not describe."""
+        code = self.topic_errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+            return TopicAuthorizationError(name, self.principal, "metadata")
+        if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return UnknownTopicError(name)
+        return BrokerError(code, f"metadata of topic {name!r}")
+
+    @property
+    def principal(self) -> str | None:
+        """``User:<name>`` for SASL PLAIN/SCRAM (the broker's default principal); else None
+        (TLS or OAUTHBEARER identities are the broker's to decide)."""
+        sasl = self.client.config.sasl
+        if sasl is not None and sasl.username and sasl.mechanism != "OAUTHBEARER":
+            return f"User:{sasl.username}"
+        return None
 
     def partitions_for(self, topic: str) -> list[int]:
         return sorted(self.topic(topic).partitions)

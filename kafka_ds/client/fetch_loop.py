@@ -11,6 +11,12 @@ Error handling, per partition unless said otherwise:
   OFFSET_NOT_AVAILABLE and other retriable errors, a lost connection or a request timeout (all
   of that broker's partitions): refresh metadata, wait ``retry.backoff.ms``, find the leader
   again and continue from the same position. Bounded by ``fetch.timeout.ms`` of no progress.
+* The topic is not in a Metadata answer (``topic_errors``): TOPIC_AUTHORIZATION_FAILED (there
+  or in a Fetch) is ``TopicAuthorizationError``, raised after the data before it, never
+  skipped. UNKNOWN_TOPIC_OR_PARTITION is retried (a lagging broker, a topic created a moment
+  ago) and becomes ``UnknownTopicError`` after ``fetch.timeout.ms``; only a topic this read
+  has already seen that no broker knows any more (or that came back with another topic id)
+  was deleted: ``TopicDeletedError``, data loss.
 * FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH (the whole response): the session
   resets and the next request is full; no data is lost because positions did not move.
 * OFFSET_OUT_OF_RANGE: ListOffsets decides. Below the log start, or beyond the log end, is
@@ -39,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_ds.client import offsets as offset_lookup
-from kafka_ds.client.cluster import Cluster, UnknownTopicError
+from kafka_ds.client.cluster import Cluster
 from kafka_ds.client.fetch_config import FetchConfig, FetchMetrics
 from kafka_ds.client.fetch_state import (
     BrokerFetch,
@@ -47,6 +53,11 @@ from kafka_ds.client.fetch_state import (
     PartitionRead,
     SentFetch,
     scan_batches,
+)
+from kafka_ds.client.topic_errors import (
+    TopicAuthorizationError,
+    TopicDeletedError,
+    UnknownTopicError,
 )
 from kafka_ds.net.future import RequestFuture
 from kafka_ds.protocol.api_keys import ApiKey
@@ -333,6 +344,8 @@ class FetchLoop:
         outcome = node.session.on_response(pending, response)
         if response.throttle_time_ms > 0:  # KIP-219: the broker asks us to slow down
             node.retry_at_ms = now_ms + response.throttle_time_ms
+        if not outcome.ok and outcome.throttled:
+            return  # KIP-219: an empty full response asking us to wait; not a reset
         if not outcome.ok:
             self.metrics.session_resets += 1
             code = outcome.error_code
@@ -383,9 +396,18 @@ class FetchLoop:
                 aborted = [(a.producer_id, a.first_offset) for a in data.aborted_transactions]
             self._queue.append(Chunk(part, records, fetch_offset, aborted))
             self._advance(part, max(next_offset, fetch_offset), now_ms)
+            # Last in the next request (as the Java consumer does): a sessionless (full)
+            # request is served in order, so a partition with large batches at its head
+            # would otherwise take every response's fetch.max.bytes from those after it.
+            self._parts[part.tp] = self._parts.pop(part.tp)
             return
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             self._out_of_range(part)
+            return
+        if code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+            self._fail(part, TopicAuthorizationError(
+                part.tp.topic, self.cluster.principal,
+                f"fetching {part.tp} at offset {part.position}"))
             return
         error = BrokerError(code, f"fetching {part.tp} at offset {part.position}")
         if not error.retriable:
@@ -405,6 +427,7 @@ class FetchLoop:
         """Find the leader again after ``retry.backoff.ms``, continuing from the same position."""
         self.metrics.retries += 1
         part.last_error = str(error)
+        part.topic_unknown = isinstance(error, UnknownTopicError)
         part.node_id = -1
         part.preferred_node = -1
         part.retry_at_ms = now_ms + self.cluster.retry_backoff_ms
@@ -428,17 +451,26 @@ class FetchLoop:
         timeout_ms = max(1, min(self.client.config.request_timeout_ms, remaining_ms))
         try:
             info = self.cluster.topic(part.tp.topic, timeout_ms=timeout_ms)
-        except UnknownTopicError:
-            self._data_loss(part, DataLossError(part.tp.topic, part.tp.partition, part.position,
-                                                -1, "the topic was deleted"), part.end)
+        except TopicAuthorizationError as exc:
+            self._fail(part, exc)
+            return False
+        except UnknownTopicError as exc:
+            if part.seen_topic and self.cluster.known_by_any_broker(
+                    part.tp.topic, timeout_ms) is False:
+                # Seen in this read, and now no broker knows it: deleted. (A broker that
+                # lags may not know a new topic yet, but none forgets an existing one.)
+                self._data_loss(part, TopicDeletedError(part.tp.topic, part.tp.partition,
+                                                        part.position), part.end)
+            else:  # not (yet) known: retried within fetch.timeout.ms
+                self._retry_later(part, exc, self.clock.monotonic_ms())
             return False
         except (NetworkError, KafkaTimeoutError) as exc:
             self._retry_later(part, exc, self.clock.monotonic_ms())
             return False
         if part.topic_id != ZERO_UUID and info.topic_id != part.topic_id:
-            self._data_loss(part, DataLossError(part.tp.topic, part.tp.partition, part.position,
-                                                -1, "the topic was deleted and recreated"),
-                            part.end)
+            self._data_loss(part, TopicDeletedError(
+                part.tp.topic, part.tp.partition, part.position,
+                reason="the topic was deleted and recreated"), part.end)
             return False
         partition = info.partitions.get(part.tp.partition)
         if partition is None:
@@ -449,6 +481,8 @@ class FetchLoop:
             self._retry_later(part, KafkaDsError(f"{part.tp} has no leader"), now_ms)
             return False
         part.topic_id = info.topic_id
+        part.seen_topic = True
+        part.topic_unknown = False
         part.leader_epoch = partition.leader_epoch
         part.node_id = partition.leader_id if part.preferred_node < 0 else part.preferred_node
         return True
@@ -485,10 +519,9 @@ class FetchLoop:
         """
         self.metrics.data_loss_incidents += 1
         if self.config.fail_on_data_loss:
-            loss = loss.with_hint("Set fail.on.data.loss=false (Spark: failOnDataLoss=false) "
-                                  "to skip the missing offsets instead")
-            part.done = True
-            self._queue.append(Chunk(None, None, part.position, None, loss))
+            self._fail(part, loss.with_hint("Set fail.on.data.loss=false (Spark: "
+                                            "failOnDataLoss=false) to skip the missing offsets "
+                                            "instead"))
             return False
         target = max(min(resume_at, part.end), part.position)
         log.warning("%s; skipping %d offsets to %d because fail.on.data.loss=false", loss,
@@ -501,8 +534,18 @@ class FetchLoop:
             return False
         return True
 
-    def _stalled(self, part: PartitionRead) -> KafkaTimeoutError:
+    def _fail(self, part: PartitionRead, error: KafkaDsError) -> None:
+        """The partition stops here: ``error`` is raised once the data before it is out."""
+        part.done = True
+        self._queue.append(Chunk(None, None, part.position, None, error))
+
+    def _stalled(self, part: PartitionRead) -> KafkaDsError:
         """The error for a partition that made no progress within ``fetch.timeout.ms``."""
+        if part.topic_unknown:
+            return UnknownTopicError(part.tp.topic, f": no broker knew it for "
+                                     f"fetch.timeout.ms ({self.config.fetch_timeout_ms} ms); "
+                                     "check the topic name, or raise fetch.timeout.ms if it "
+                                     "is being created")
         readable = (part.last_stable_offset if self.config.read_committed
                     else part.high_watermark)
         detail = ""

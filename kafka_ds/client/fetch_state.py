@@ -81,6 +81,8 @@ class PartitionRead:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     last_error: str | None = None
+    seen_topic: bool = False  # located through metadata at least once in this read
+    topic_unknown: bool = False  # the last lookup found no such topic (retried)
     done: bool = False
 
 

@@ -33,13 +33,18 @@ the committed view untouched, and the next request is full)::
         |    OPEN     |-----------+                                                |
         | id X, ep n  |<----------+  (incremental: changed partitions only)        |
         +-------------+                                                            |
-              | INVALID_FETCH_SESSION_EPOCH, another top-level error, a response   |
-              | that does not match the request, or no response at all (we cannot  |
-              v know whether the broker applied it)                                |
+              | INVALID_FETCH_SESSION_EPOCH, another top-level error, an incremental|
+              | response that does not match the request, or no response at all    |
+              v (we cannot know whether the broker applied it)                     |
         +-------------+  full request (X, 0): the broker drops X and opens Y       |
         |   RESYNC    |  ok, id Y -> OPEN(Y, 1); ok, id 0 -------------------------+
         | id X, ep 0  |
         +-------------+
+
+A *full* response that does not match its request is not used either; the next request is
+full again and retires the session that response opened (its id, or INITIAL if it opened
+none): the old id was already retired by the full request. An empty full response with a
+throttle time (KIP-219) only delays the next request.
 
 The epoch after 2**31 - 1 wraps to 1 (0 and -1 are reserved), as the Java client does.
 """
@@ -113,6 +118,9 @@ class FetchOutcome(NamedTuple):
     partitions: list[tuple[TopicPartition, PartitionData]]
     error_code: int = 0
     problem: str | None = None
+    # KIP-219: an empty full response with a throttle time is the broker asking us to slow
+    # down, not a broken session (nothing to reset, nothing to count).
+    throttled: bool = False
 
 
 @dataclass
@@ -220,9 +228,19 @@ class FetchSession:
                                     f"{topic.topic_id}, which the session does not hold")
             for data in topic.partitions:
                 partitions.append((TopicPartition(name, data.partition_index), data))
+        if pending.is_full and not partitions and response.throttle_time_ms > 0:
+            self._restart(response.session_id)
+            return FetchOutcome(False, [], throttled=True)
         problem = self._check(pending, partitions)
         if problem is not None:
-            self.reset(close_existing=True)
+            if pending.is_full:
+                # The full request already retired the old session: the broker holds the
+                # one it just answered with (or none). Retire that one next, not the old id
+                # (which the broker no longer knows: FETCH_SESSION_ID_NOT_FOUND, and the new
+                # session would sit in the broker's cache until it expired).
+                self._restart(response.session_id)
+            else:
+                self.reset(close_existing=True)
             return FetchOutcome(False, [], problem=problem)
         # Commit: the broker has applied the request.
         self.version = pending.version
@@ -251,6 +269,12 @@ class FetchSession:
         if pending.is_close:
             return
         self.reset(close_existing=True)
+
+    def _restart(self, broker_session_id: int) -> None:
+        """The next request is full and retires ``broker_session_id`` (0: none to retire)."""
+        self.session_id = broker_session_id
+        self.next_epoch = INITIAL_EPOCH
+        self.partitions = {}
 
     def reset(self, *, close_existing: bool) -> None:
         """Make the next request full; with ``close_existing`` it also retires the old id."""

@@ -222,3 +222,41 @@ def test_topic_ids_required_from_v13() -> None:
         session.build({T0: PartitionFetch(0, 1)}, version=13, **OPTS)
     # v12 names topics, so a missing id is fine there.
     session.build({T0: PartitionFetch(0, 1)}, version=12, **OPTS)
+
+
+# --- issue 14: a bad *full* response retires the session the broker just opened ----------
+
+def test_a_bad_full_response_retires_the_session_it_opened_not_the_old_one() -> None:
+    """The full request (77, 0) already retired 77, and the broker answered with session 88
+    but left a partition out. The next request must name 88 (retire it; the broker would
+    otherwise keep it until it expires) rather than 77, which the broker no longer knows
+    (FETCH_SESSION_ID_NOT_FOUND: a second, spurious reset)."""
+    session = open_session({T0: state(T0, 0)})
+    session.on_failure(session.build({T0: state(T0, 5)}, version=V, **OPTS))  # resync: (77, 0)
+    full = session.build({T0: state(T0, 5), T1: state(T1, 0)}, version=V, **OPTS)
+    assert full.is_full and (full.request.session_id, full.request.session_epoch) == (77, 0)
+    outcome = session.on_response(full, response(full, 88, [T0]))
+    assert not outcome.ok and "omits" in (outcome.problem or "")
+    retry = session.build({T0: state(T0, 5), T1: state(T1, 0)}, version=V, **OPTS)
+    assert retry.is_full and (retry.request.session_id, retry.request.session_epoch) == (88, 0)
+
+
+def test_a_bad_full_response_without_a_session_goes_back_to_initial() -> None:
+    session = open_session({T0: state(T0, 0)})
+    session.on_failure(session.build({T0: state(T0, 5)}, version=V, **OPTS))
+    full = session.build({T0: state(T0, 5), T1: state(T1, 0)}, version=V, **OPTS)
+    assert not session.on_response(full, response(full, 0, [T0])).ok
+    retry = session.build({T0: state(T0, 5)}, version=V, **OPTS)
+    assert (retry.request.session_id, retry.request.session_epoch) == (0, 0)
+
+
+def test_an_empty_throttled_full_response_is_not_a_broken_session() -> None:
+    """KIP-219: the broker throttles a full request with an empty answer."""
+    session = FetchSession(node_id=1)
+    full = session.build({T0: state(T0, 0)}, version=V, **OPTS)
+    throttled = response(full, 0, [])
+    throttled.throttle_time_ms = 500
+    outcome = session.on_response(full, throttled)
+    assert not outcome.ok and outcome.throttled and outcome.problem is None
+    again = session.build({T0: state(T0, 0)}, version=V, **OPTS)
+    assert again.is_full and (again.request.session_id, again.request.session_epoch) == (0, 0)

@@ -1,22 +1,31 @@
-"""The producer's column encoder writes exactly what the reference encoder writes."""
+"""The producer's column encoders write exactly the records section kafka-python writes.
+
+The oracle is kafka-python's ``DefaultRecordBatchBuilder`` (an independent implementation of
+record format v2): its uncompressed batch, minus the 61-byte header, is the records section.
+"""
 
 from __future__ import annotations
 
 import random
 
 import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafka_ds.protocol import batch_encoder
-from kafka_ds.protocol.record_builder import NewRecord, encode_batch
 
 BASE_MS = 1_800_000_000_000
+HEADER_BYTES = 61
 
 
 def _reference(values, timestamps, keys=None, headers=None) -> bytes:  # type: ignore[no-untyped-def]
-    records = [NewRecord(key=keys[i] if keys else None, value=values[i],
-                         timestamp_ms=timestamps[i], headers=headers[i] if headers else ())
-               for i in range(len(values))]
-    return encode_batch(records)[61:]
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 31)
+    for index, value in enumerate(values):
+        appended = builder.append(index, timestamps[index], keys[index] if keys else None,
+                                  value, list(headers[index]) if headers else [])
+        assert appended is not None
+    return bytes(builder.build()[HEADER_BYTES:])
 
 
 @pytest.mark.parametrize("seed", range(40))

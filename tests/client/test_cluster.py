@@ -1,0 +1,134 @@
+"""The cluster view's decisions, without a broker: what a topic-level Metadata error means.
+
+Metadata answers are fed to ``Cluster`` as ``refresh`` would get them; no connection is made
+(``NetworkClient`` connects lazily). Issue 14, bug 4: only "unknown" may ever lead to
+"deleted", and only in the fetcher, once a topic seen before is unknown everywhere.
+"""
+
+from __future__ import annotations
+
+import pickle
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kafka_ds.client.cluster import Cluster
+from kafka_ds.client.config import ClientConfig
+from kafka_ds.client.topic_errors import (
+    TopicAuthorizationError,
+    TopicDeletedError,
+    UnknownTopicError,
+)
+from kafka_ds.net.pool import NetworkClient
+from kafka_ds.protocol.errors import BrokerError, DataLossError, ErrorCode, KafkaTimeoutError
+from kafka_ds.protocol.messages.metadata import (
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
+
+TOPIC_ID = uuid.UUID(int=7)
+
+
+def _answer(code: int = 0, leader: int = 1) -> MetadataResponse:
+    partitions = [] if code else [MetadataResponsePartition(
+        error_code=0, partition_index=0, leader_id=leader, leader_epoch=3, replica_nodes=[1],
+        isr_nodes=[1], offline_replicas=[])]
+    return MetadataResponse(
+        brokers=[MetadataResponseBroker(node_id=1, host="127.0.0.1", port=1, rack=None)],
+        cluster_id="c", controller_id=1,
+        topics=[MetadataResponseTopic(error_code=code, name="t", topic_id=TOPIC_ID,
+                                      is_internal=False, partitions=partitions)])
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    properties = {"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "carol",
+                  "sasl.password": "secret"}
+    config = ClientConfig.from_properties(properties)
+    view = Cluster(NetworkClient(config.bootstrap_servers, config.connection),
+                   retry_backoff_ms=1)
+    yield view
+    view.close()
+
+
+def _answers(cluster: Cluster, *answers: MetadataResponse) -> list[int]:
+    """``refresh`` applies the next canned answer; returns the list of refreshes done."""
+    queue = list(answers)
+    done: list[int] = []
+
+    def refresh(topics: Any = None, timeout_ms: Any = None) -> None:
+        done.append(1)
+        cluster._apply(queue.pop(0) if len(queue) > 1 else queue[0], replace_all=False)
+
+    cluster.refresh = refresh  # type: ignore[method-assign]
+    return done
+
+
+def test_authorization_failure_names_topic_and_principal(cluster: Cluster) -> None:
+    _answers(cluster, _answer(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+    with pytest.raises(TopicAuthorizationError) as caught:
+        cluster.topic("t")
+    error = caught.value
+    assert not error.retriable
+    assert error.topic == "t" and error.principal == "User:carol"
+    assert "User:carol" in str(error) and "'t'" in str(error)
+    assert "secret" not in str(error)
+
+
+def test_unknown_topic_is_retriable_and_not_data_loss(cluster: Cluster) -> None:
+    _answers(cluster, _answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    with pytest.raises(UnknownTopicError) as caught:
+        cluster.topic("t")
+    assert caught.value.retriable and not isinstance(caught.value, DataLossError)
+    assert cluster.topic_errors == {"t": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+
+
+def test_a_topic_being_created_is_waited_for(cluster: Cluster) -> None:
+    refreshes = _answers(cluster, _answer(ErrorCode.LEADER_NOT_AVAILABLE),
+                         _answer(ErrorCode.LEADER_NOT_AVAILABLE), _answer())
+    assert cluster.topic("t", timeout_ms=10_000).topic_id == TOPIC_ID
+    assert len(refreshes) == 3 and "t" not in cluster.topic_errors
+
+
+def test_a_topic_still_being_created_times_out_naming_the_error(cluster: Cluster) -> None:
+    _answers(cluster, _answer(ErrorCode.LEADER_NOT_AVAILABLE))
+    with pytest.raises(KafkaTimeoutError, match="LEADER_NOT_AVAILABLE"):
+        cluster.topic("t", timeout_ms=0)
+
+
+def test_other_topic_errors_are_reported_as_they_are(cluster: Cluster) -> None:
+    _answers(cluster, _answer(ErrorCode.INVALID_TOPIC_EXCEPTION))
+    with pytest.raises(BrokerError) as caught:
+        cluster.topic("t")
+    assert caught.value.code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert not isinstance(caught.value, UnknownTopicError | TopicAuthorizationError)
+
+
+def test_no_principal_is_guessed_without_sasl() -> None:
+    config = ClientConfig.from_properties({"bootstrap.servers": "127.0.0.1:1"})
+    with Cluster(NetworkClient(config.bootstrap_servers, config.connection)) as view:
+        assert view.principal is None
+
+
+@pytest.mark.parametrize("error", [
+    TopicAuthorizationError("t", "User:carol", "fetching t-0 at offset 5"),
+    TopicAuthorizationError("t"),
+    UnknownTopicError("t", ": no broker knew it"),
+    TopicDeletedError("t", 3, 120, reason="the topic was deleted and recreated", hint="h"),
+])
+def test_errors_pickle_with_their_fields(error: Exception) -> None:
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error) and str(copy) == str(error)
+    assert vars(copy) == vars(error)
+
+
+def test_deleted_is_data_loss_and_says_so() -> None:
+    error = TopicDeletedError("t", 3, 120).with_hint("Set fail.on.data.loss=false")
+    assert isinstance(error, DataLossError) and isinstance(error, TopicDeletedError)
+    assert str(error) == ("data loss in t-3: the topic was deleted while offset 120 was being "
+                          "read. Set fail.on.data.loss=false")

@@ -1,0 +1,163 @@
+"""The fetch engine's decisions, without a broker: what it makes of a topic that is not
+authorised, not known, or gone, and the order partitions go into requests.
+
+The loop runs over a ``Cluster`` whose lookups are stubbed; sending is captured, not done.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kafka_ds.client.cluster import Cluster, PartitionInfo, TopicInfo
+from kafka_ds.client.config import ClientConfig
+from kafka_ds.client.fetch_config import FetchConfig, FetchMetrics
+from kafka_ds.client.fetch_loop import FetchLoop
+from kafka_ds.client.fetch_state import PartitionRead
+from kafka_ds.client.topic_errors import (
+    TopicAuthorizationError,
+    TopicDeletedError,
+    UnknownTopicError,
+)
+from kafka_ds.net.pool import NetworkClient
+from kafka_ds.protocol.errors import ErrorCode
+from kafka_ds.protocol.messages.fetch import PartitionData
+from kafka_ds.protocol.record_builder import NewRecord, encode_batch
+from kafka_ds.protocol.types import TopicPartition
+
+TP = TopicPartition("t", 0)
+OLD_ID, NEW_ID = uuid.UUID(int=1), uuid.UUID(int=2)
+
+
+class StubCluster(Cluster):
+    """``topic()`` answers from a script; ``known_by_any_broker`` from a flag."""
+
+    def __init__(self) -> None:
+        config = ClientConfig.from_properties({"bootstrap.servers": "127.0.0.1:1"})
+        super().__init__(NetworkClient(config.bootstrap_servers, config.connection),
+                         retry_backoff_ms=10)
+        self.answer: Any = None
+        self.known_elsewhere: bool | None = False
+        self.asked_everyone = 0
+
+    def topic(self, name: str, timeout_ms: int | None = None) -> TopicInfo:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        assert isinstance(self.answer, TopicInfo)
+        return self.answer
+
+    def known_by_any_broker(self, name: str, timeout_ms: int | None = None) -> bool | None:
+        self.asked_everyone += 1
+        return self.known_elsewhere
+
+
+def _info(topic_id: uuid.UUID = OLD_ID) -> TopicInfo:
+    return TopicInfo("t", topic_id, {0: PartitionInfo("t", 0, 1, 5, (1,), (1,))})
+
+
+@pytest.fixture
+def cluster() -> Iterator[StubCluster]:
+    stub = StubCluster()
+    yield stub
+    stub.close()
+
+
+def _loop(cluster: Cluster, **config: Any) -> tuple[FetchLoop, PartitionRead]:
+    loop = FetchLoop(cluster, FetchConfig(**config), FetchMetrics(), include_headers=False)
+    part = PartitionRead(TP, 0, 100, 40, last_progress_ms=loop.clock.monotonic_ms())
+    loop._parts[TP] = part
+    return loop, part
+
+
+def _located(loop: FetchLoop, part: PartitionRead, cluster: StubCluster) -> None:
+    cluster.answer = _info()
+    assert loop._locate(part, loop.clock.monotonic_ms())
+    part.node_id = -1  # as after a retriable error: look the leader up again
+
+
+def test_an_unknown_topic_never_seen_is_retried_then_reported_unknown(
+        cluster: StubCluster) -> None:
+    loop, part = _loop(cluster, fail_on_data_loss=False, fetch_timeout_ms=1)
+    cluster.answer = UnknownTopicError("t")
+    assert not loop._locate(part, loop.clock.monotonic_ms())
+    assert not part.done and loop.metrics.data_loss_incidents == 0
+    assert cluster.asked_everyone == 0  # never seen: no reason to think it was deleted
+    error = loop._stalled(part)
+    assert isinstance(error, UnknownTopicError) and "fetch.timeout.ms" in str(error)
+
+
+def test_an_unknown_topic_seen_before_and_unknown_everywhere_was_deleted(
+        cluster: StubCluster) -> None:
+    loop, part = _loop(cluster, fail_on_data_loss=True)
+    _located(loop, part, cluster)
+    cluster.answer = UnknownTopicError("t")
+    cluster.known_elsewhere = False
+    assert not loop._locate(part, loop.clock.monotonic_ms())
+    assert part.done and loop.metrics.data_loss_incidents == 1
+    error = loop._queue[-1].error
+    assert isinstance(error, TopicDeletedError) and error.requested_offset == 40
+
+
+@pytest.mark.parametrize("known_elsewhere", [True, None])
+def test_an_unknown_topic_another_broker_knows_is_a_lagging_broker(
+        cluster: StubCluster, known_elsewhere: bool | None) -> None:
+    loop, part = _loop(cluster, fail_on_data_loss=False)
+    _located(loop, part, cluster)
+    cluster.answer = UnknownTopicError("t")
+    cluster.known_elsewhere = known_elsewhere
+    assert not loop._locate(part, loop.clock.monotonic_ms())
+    assert not part.done and part.position == 40 and loop.metrics.offsets_skipped == 0
+    assert part.retry_at_ms > 0
+
+
+def test_a_recreated_topic_is_deleted(cluster: StubCluster) -> None:
+    loop, part = _loop(cluster, fail_on_data_loss=False)
+    _located(loop, part, cluster)
+    cluster.answer = _info(NEW_ID)
+    assert not loop._locate(part, loop.clock.monotonic_ms())
+    assert part.done and part.position == 100 and loop.metrics.offsets_skipped == 60
+
+
+def test_not_authorised_in_metadata_is_never_skipped(cluster: StubCluster) -> None:
+    loop, part = _loop(cluster, fail_on_data_loss=False)
+    cluster.answer = TopicAuthorizationError("t", "User:x", "metadata")
+    assert not loop._locate(part, loop.clock.monotonic_ms())
+    assert part.done and part.position == 40 and loop.metrics.offsets_skipped == 0
+    assert isinstance(loop._queue[-1].error, TopicAuthorizationError)
+
+
+def test_not_authorised_in_fetch_is_never_skipped(cluster: StubCluster) -> None:
+    loop, part = _loop(cluster, fail_on_data_loss=False)
+    loop._on_partition(part, PartitionData(
+        partition_index=0, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+        loop.clock.monotonic_ms())
+    error = loop._queue[-1].error
+    assert isinstance(error, TopicAuthorizationError) and "offset 40" in str(error)
+    assert part.done and loop.metrics.offsets_skipped == 0
+
+
+def test_partitions_that_returned_data_go_last_in_the_next_request(
+        cluster: StubCluster) -> None:
+    """As the Java consumer does: a full (sessionless) request is served in order, so the
+    partition served first must not always be the same one."""
+    loop = FetchLoop(cluster, FetchConfig(), FetchMetrics(), include_headers=False)
+    now_ms = loop.clock.monotonic_ms()
+    tps = [TopicPartition("t", p) for p in range(3)]
+    for tp in tps:
+        loop._parts[tp] = PartitionRead(tp, 0, 1000, 0, now_ms, node_id=1)
+    sent: list[list[TopicPartition]] = []
+
+    def capture(node: Any, partitions: dict[TopicPartition, Any]) -> None:
+        sent.append(list(partitions))
+
+    loop._send = capture  # type: ignore[method-assign]
+    loop._dispatch()
+    batch = encode_batch([NewRecord(None, b"v", 0)], base_offset=0)
+    loop._on_partition(loop._parts[tps[0]],
+                       PartitionData(partition_index=0, error_code=0, high_watermark=1000,
+                                     records=memoryview(batch)), now_ms)
+    loop._dispatch()
+    assert sent == [tps, [tps[1], tps[2], tps[0]]]
