@@ -28,7 +28,7 @@ test: jars
 test-fast: $(STAMP)
 	$(PY) -m pytest tests
 
-# The protocol, producer and fetcher suites against the Kafka 3.9 broker.
+# The protocol, producer and fetcher suites against the Kafka 3.9 broker (CI runs it too).
 test-compat: jars
 	KAFKA_VERSION=3.9.2 $(PY) -m pytest integration -m "not cluster and not spark"
 

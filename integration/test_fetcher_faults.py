@@ -19,6 +19,7 @@ import pytest
 
 from integration.fetch_helpers import arrow_rows, confluent_rows, produce, produce_values
 from integration.harness.cluster import KafkaCluster
+from integration.harness.proxy import FETCH, METADATA, swallowed
 from integration.props import kafka_ds_properties
 from kafka_ds.client.admin import Admin
 from kafka_ds.client.fetcher import Fetcher
@@ -281,3 +282,42 @@ def test_a_topic_deleted_mid_read_is_data_loss(kafka: KafkaCluster,
         assert fetcher.metrics.data_loss_incidents == 1
     offsets = [r["offset"] for r in arrow_rows(got)]
     assert offsets == list(range(len(offsets))) and len(offsets) < 3_000
+
+
+# --- Fetch and Metadata replies cut mid-way or lost (the fault proxy) ------------------------
+
+def test_fetch_replies_cut_mid_way_or_lost_cost_nothing(proxied_kafka: Any,
+                                                        topic_factory: Callable[..., str]
+                                                        ) -> None:
+    """A Fetch reply truncated mid-frame (connection cut), one lost (the request times out),
+    and a lost Metadata reply on the way back: the read goes on from the same positions,
+    with a fresh session, and yields every offset exactly once."""
+    cluster = proxied_kafka
+    proxy = cluster.proxy
+    topic = topic_factory(cluster=cluster, partitions=2)
+    for partition in range(2):
+        produce_values(cluster, topic, 20_000, partition=partition,
+                       **{"compression.type": "lz4", "batch.size": 16_384})
+    props = {"bootstrap.servers": cluster.proxy_bootstrap(), "include.headers": "true",
+             "max.partition.fetch.bytes": "32768", "arrow.batch.rows": "1000",
+             "request.timeout.ms": "3000", "fetch.max.wait.ms": "100",
+             "fetch.timeout.ms": "60000"}
+    before = proxy.snapshot()
+    try:
+        with Fetcher.from_properties(props) as fetcher:
+            batches = fetcher.read_arrow([(topic, 0, 0, 20_000), (topic, 1, 0, 20_000)])
+            got = [next(batches)]
+            proxy.cut_mid_response(2, {FETCH})
+            proxy.drop_responses(1, {FETCH})
+            proxy.drop_responses(1, {METADATA})
+            got += list(batches)
+            retries, resets = fetcher.metrics.retries, fetcher.metrics.session_resets
+    finally:
+        proxy.reset()
+    caused = proxy.since(before)
+    assert caused["cut_mid_responses"] == 2 and caused["dropped_responses"] == 2, caused
+    assert caused[swallowed(METADATA)] == 1 and caused[swallowed(FETCH)] >= 1, caused
+    rows = arrow_rows(got)
+    for partition in range(2):
+        assert [r["offset"] for r in rows if r["partition"] == partition] == list(range(20_000))
+    assert retries >= 2 and resets == 0  # lost replies are retried, not session errors

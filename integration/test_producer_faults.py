@@ -17,16 +17,22 @@ import pytest
 
 from integration.harness.proxy import END_TXN, PRODUCE, ProxiedKafkaCluster, swallowed
 from integration.producer_util import read_all
+from kafka_ds.client.cluster import Cluster, CoordinatorType
+from kafka_ds.client.config import ClientConfig
 from kafka_ds.client.producer import Producer
 from kafka_ds.protocol.errors import KafkaTimeoutError
-from kafka_ds.protocol.txn_state import TransactionAbortableError, TransactionStateError
+from kafka_ds.protocol.txn_state import (
+    TransactionAbortableError,
+    TransactionStateError,
+    TxnState,
+)
 
 
-@pytest.fixture(scope="module")
-def proxied(kafka_version: str) -> Iterator[ProxiedKafkaCluster]:
-    with ProxiedKafkaCluster(nodes=1, version=kafka_version,
-                             proxy_api_keys={PRODUCE}) as cluster:
-        yield cluster
+@pytest.fixture
+def proxied(proxied_kafka: ProxiedKafkaCluster) -> Iterator[ProxiedKafkaCluster]:
+    """The shared proxied broker; faults this test armed and did not use are disarmed."""
+    yield proxied_kafka
+    proxied_kafka.proxy.reset()
 
 
 def _topic(cluster: ProxiedKafkaCluster, partitions: int) -> str:
@@ -55,9 +61,9 @@ def _faults(cluster: ProxiedKafkaCluster, stop: threading.Event) -> None:
     while not stop.wait(0.15):
         step += 1
         if step % 3 == 0:
-            proxy.cut_after_responses(1)  # the broker wrote it; the client never hears
+            proxy.cut_after_responses(1, {PRODUCE})  # the broker wrote it; we never hear
         elif step % 3 == 1:
-            proxy.cut_mid_request(1)  # half a request: the broker never sees it
+            proxy.cut_mid_request(1, {PRODUCE})  # half a request: the broker never sees it
         else:
             proxy.cut_all()
 
@@ -158,9 +164,9 @@ def test_transactional_producer_through_faults_commits_once(proxied: ProxiedKafk
                 value = f"t{round_}-{i:05d}".encode()
                 futures.append(producer.send(topic, value, partition=i % 2))
                 if i % 300 == 150:
-                    proxy.cut_after_responses(1)
+                    proxy.cut_after_responses(1, {PRODUCE})
                 if i % 300 == 0:
-                    proxy.cut_mid_request(1)
+                    proxy.cut_mid_request(1, {PRODUCE})
             producer.commit_transaction()
             for value, future in zip([f"t{round_}-{i:05d}".encode() for i in range(1500)],
                                      futures, strict=True):
@@ -186,7 +192,7 @@ def test_without_idempotence_the_same_faults_duplicate(proxied: ProxiedKafkaClus
         for i, value in enumerate(sent):
             producer.send(topic, value)
             if i % 500 == 250:
-                proxy.cut_after_responses(1)
+                proxy.cut_after_responses(1, {PRODUCE})
                 time.sleep(0.05)
         producer.flush(60_000)
     values = [r.value for r in read_all(proxied.bootstrap(), topic)]
@@ -207,7 +213,7 @@ def test_expired_batches_then_recovery_without_duplicates(proxied: ProxiedKafkaC
                          "retry.backoff.ms": "50"})
     try:
         producer.send(topic, b"before").result(30)
-        proxy.blackhole(4.0)
+        proxy.blackhole(4.0, {PRODUCE})
         lost = [producer.send(topic, f"lost-{i}".encode()) for i in range(50)]
         errors = [future.exception(30) for future in lost]
         # Expired (a late answer may still beat the expiry check: then it is a success).
@@ -436,6 +442,78 @@ def test_a_batch_failing_during_commit_does_not_stall_it(proxied: ProxiedKafkaCl
         producer.close()
     assert proxy.since(before)["dropped_responses"] == 1
     assert _committed(proxied, topic) == [b"after"]
+
+
+@pytest.fixture(scope="module")
+def proxied3(kafka_version: str) -> Iterator[ProxiedKafkaCluster]:
+    """Three nodes, each behind its own proxy (for a leader change with a reply held). A
+    killed broker is fenced after 3 s of missed heartbeats instead of 9: leadership moves
+    sooner."""
+    with ProxiedKafkaCluster(nodes=3, version=kafka_version, broker_properties={
+            "broker.session.timeout.ms": 3000, "broker.heartbeat.interval.ms": 500}) as cluster:
+        yield cluster
+
+
+@pytest.mark.cluster
+def test_abort_during_a_leader_change_returns_promptly(proxied3: ProxiedKafkaCluster) -> None:
+    """Issue 14, bug 3, with a real leader change: a batch is in flight to the partition
+    leader (its reply held by the leader's proxy) when abort_transaction() starts; then the
+    leader is killed. The batch comes back for a retry, goes to the new leader, and the abort
+    ends once the cluster has elected it: well within delivery.timeout.ms, which is what
+    the abort waited for before."""
+    cluster = proxied3
+    topic = f"leader-change-{uuid.uuid4().hex[:10]}"
+    cluster.create_topic(topic, 3, replication_factor=3)
+    transactional_id = f"leader-change-{uuid.uuid4().hex}"
+    with Cluster.connect(ClientConfig.from_properties(
+            {"bootstrap.servers": cluster.bootstrap()})) as view:
+        coordinator = view.coordinator(CoordinatorType.TRANSACTION, transactional_id)
+    partition, victim = next((p.partition, p.leader) for p in cluster.partitions(topic)
+                             if p.leader != coordinator)
+    delivery_timeout_s = 90
+    producer = Producer({"bootstrap.servers": cluster.proxy_bootstrap(),
+                         "transactional.id": transactional_id, "linger.ms": "0",
+                         "retry.backoff.ms": "100", "request.timeout.ms": "30000",
+                         "delivery.timeout.ms": str(delivery_timeout_s * 1000)})
+    proxy = cluster.proxies[victim]
+    outcome: list[BaseException | None] = []
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"first", partition=partition).result(30)
+        first = len(proxy.produced)
+        proxy.drop_responses(1, {PRODUCE})
+        in_flight = producer.send(topic, b"in flight", partition=partition)
+        _wait_for(lambda: len(proxy.produced) > first, "the Produce request to go out")
+
+        def abort() -> None:
+            try:
+                producer.abort_transaction()
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        aborting = threading.Thread(target=abort, daemon=True)
+        started = time.monotonic()
+        aborting.start()
+        assert producer._txn is not None
+        _wait_for(lambda: producer._txn.machine.state is TxnState.ABORTING,  # type: ignore[union-attr]
+                  "the abort to start")
+        cluster.kill(victim)  # kill -9: the held request fails, leadership moves
+        aborting.join(delivery_timeout_s * 1.5)
+        took_s = time.monotonic() - started
+        assert outcome == [None], outcome
+        assert took_s < delivery_timeout_s / 2, f"abort took {took_s:.1f} s"
+        assert in_flight.exception(1) is None  # resent to the new leader during the abort
+        producer.begin_transaction()
+        producer.send(topic, b"after", partition=partition).result(60)
+        producer.commit_transaction()
+    finally:
+        proxy.reset()
+        producer.close(0 if outcome != [None] else None)
+        cluster.restart_node(victim)
+    committed = [r.value for r in read_all(cluster.bootstrap(), topic, read_committed=True)]
+    assert committed == [b"after"]
 
 
 def _wait_for(condition: Any, what: str, timeout_s: float = 30.0) -> None:

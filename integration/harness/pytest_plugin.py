@@ -6,6 +6,8 @@ conftest.py. Fixtures (clusters and Spark start lazily, on first use, once per r
 * ``kafka`` -> KafkaCluster: one node, session-scoped.
 * ``kafka_cluster3`` -> KafkaCluster: three nodes, session-scoped (tests using it are
   marked ``cluster`` automatically).
+* ``proxied_kafka`` -> ProxiedKafkaCluster: one node whose clients (bootstrapping from
+  ``proxy_bootstrap()``) go through a fault-injecting ``KafkaProxy``; session-scoped.
 * ``spark`` -> SparkSession: one per run, with Spark's JVM Kafka connector on spark.jars
   (tests using it are marked ``spark`` automatically).
 * ``topic_factory`` -> ``make(partitions=1, replication_factor=1, config=None,
@@ -81,6 +83,14 @@ def kafka(kafka_version: str) -> Iterator[KafkaCluster]:
 @pytest.fixture(scope="session")
 def kafka_cluster3(kafka_version: str) -> Iterator[KafkaCluster]:
     with KafkaCluster(nodes=3, version=kafka_version) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def proxied_kafka(kafka_version: str) -> Iterator[Any]:
+    from .proxy import ProxiedKafkaCluster
+
+    with ProxiedKafkaCluster(nodes=1, version=kafka_version) as cluster:
         yield cluster
 
 

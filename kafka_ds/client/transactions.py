@@ -231,6 +231,14 @@ class TransactionManager:
         if self.machine.state in (TxnState.ABORTING, TxnState.ABORTABLE_ERROR):
             self.abort_undrained(sender)
             return
+        if self.machine.state is TxnState.FATAL_ERROR:
+            # Nothing can be sent any more: fail what waits now rather than at its
+            # delivery.timeout.ms (the Java client aborts them too).
+            error = self.machine.last_error
+            sender.fail_queued(error if isinstance(error, KafkaDsError) else
+                               TransactionFatalError(f"transactional producer "
+                                                     f"{self.transactional_id!r} failed: {error}"))
+            return
         if self.machine.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING,
                                       TxnState.PREPARED):
             return
@@ -395,7 +403,13 @@ class TransactionManager:
         self._raise_for(first_error(response), f"committing offsets of group {group_id!r}")
 
     def end_task(self, sender: Sender, commit: bool, timeout_ms: int) -> None:
-        """EndTxn(commit or abort) at the version of this transaction's protocol."""
+        """EndTxn(commit or abort) at the version of this transaction's protocol.
+
+        Skipped when an earlier EndTxn of this transaction succeeded after its caller gave up
+        waiting (tasks run in order on the sender thread): under transactions v2 that one
+        bumped the epoch, and ending again with the new epoch would be PRODUCER_FENCED."""
+        if self.ended:
+            return
         protocol = self.protocol or 1
         state = self.state
         build = _end_txn(self.transactional_id, state.producer_id, state.producer_epoch,

@@ -86,15 +86,20 @@ def test_an_abortable_error_while_aborting_keeps_aborting() -> None:
     assert manager.machine.resume("abort_transaction()")
 
 
-def test_aborting_drops_batches_never_sent_and_keeps_retries() -> None:
+def _sender(manager: TransactionManager) -> tuple[Sender, RecordAccumulator]:
     config = ProducerConfig.from_properties({"bootstrap.servers": "127.0.0.1:1",
                                              "transactional.id": "tx"})
     accumulator = RecordAccumulator(batch_size_bytes=1 << 14, linger_ms=0,
                                     buffer_memory_bytes=1 << 20, new_result=BatchResult)
     lock = threading.Lock()
-    manager = _manager(S.ABORTABLE_ERROR)
     sender = Sender(config, accumulator, lock, threading.Condition(lock), manager.state)
     sender.txn = manager
+    return sender, accumulator
+
+
+def test_aborting_drops_batches_never_sent_and_keeps_retries() -> None:
+    manager = _manager(S.ABORTABLE_ERROR)
+    sender, accumulator = _sender(manager)
     retry = accumulator.append("t", 0, None, b"sent once", 0, None, 20, 0)[0]
     accumulator.queued("t", 0)[0].base_sequence = 0  # it went out before: it has a sequence
     never_sent = accumulator.append("t", 1, None, b"never sent", 0, None, 20, 0)[0]
@@ -111,3 +116,12 @@ def test_protocol_choice_follows_kip_890() -> None:
     assert choose_protocol({"transaction.version": 1}, v2_ranges) == 1
     assert choose_protocol({"transaction.version": 2},
                            {**v2_ranges, ApiKey.END_TXN: (0, 4)}) == 1
+
+
+def test_after_a_fatal_error_queued_batches_fail_at_once() -> None:
+    manager = _manager(S.IN_TRANSACTION)
+    sender, accumulator = _sender(manager)
+    queued = accumulator.append("t", 0, None, b"v", 0, None, 20, 0)[0]
+    manager.on_batch_failed(_batch(), BrokerError(ErrorCode.PRODUCER_FENCED, "produce"))
+    manager.before_drain(sender)
+    assert isinstance(queued.result.error, ProducerFencedError)
