@@ -1,7 +1,13 @@
 """Fault injection: the producer talks to the broker only through a TCP proxy that cuts
 connections after the broker processed a request (the response is lost), cuts requests in
-half, and swallows responses for a while. With idempotence the topic must end up with every
-record exactly once and in order per partition: counted, not assumed.
+half, swallows responses (of one API: Produce, EndTxn) for a while, and shifts a batch's
+sequence. With idempotence the topic must end up with every record exactly once and in order
+per partition: counted, not assumed. Each test counts the faults it caused (``snapshot`` /
+``since``) and checks resends against the Produce batch headers the proxy saw.
+
+Issue 14's regressions live here: lost replies must never hand a batch's sequences to the
+next batch (bug 1), a timed-out commit or abort finishes when called again (bug 2), and an
+abort does not wait for delivery.timeout.ms on a batch back for a retry (bug 3).
 """
 
 from __future__ import annotations
