@@ -4,6 +4,9 @@ The bytes are the mechanism's own messages (for SCRAM, client-first / server-fir
 a failure comes back as SASL_AUTHENTICATION_FAILED with the broker's reason in
 ``error_message``. A non-zero ``session_lifetime_ms`` (v1+, KIP-368) means the broker will
 close the connection after that long unless the client authenticates again.
+
+The request's bytes hold a PLAIN password or a bearer token, so its ``repr`` shows only their
+length: a debug log or a traceback that prints locals must not leak them.
 """
 
 from __future__ import annotations
@@ -35,3 +38,6 @@ class SaslAuthenticateRequest(Request):
     RESPONSE = SaslAuthenticateResponse
 
     auth_bytes: Buffer = f(BYTES)
+
+    def __repr__(self) -> str:
+        return f"SaslAuthenticateRequest(auth_bytes=<{len(self.auth_bytes)} bytes, redacted>)"
