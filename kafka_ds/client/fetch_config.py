@@ -22,7 +22,9 @@ Options that are ours, not the Java consumer's:
   joined up to it while more data is already buffered.
 * ``include.headers`` (false): add Spark's ``headers`` column.
 * ``fetch.max.decompressed.bytes`` (256 MiB): cap on what one partition's compressed batches in
-  one response may inflate to (a decompression bomb stops here).
+  one response may inflate to (a decompression bomb stops here), legacy wrappers included.
+* ``fetch.max.decompressed.response.bytes`` (1 GiB): the same for all partitions of one
+  response together, so that many partitions cannot add up to an unbounded total.
 * ``decode.threads`` (0): threads decoding responses while the calling thread receives the
   next ones and hands out Arrow batches (decompression, CRC, numpy and Arrow release the GIL
   for most of a decode). 0 decodes in the calling thread. Each thread allows one more
@@ -33,17 +35,21 @@ Options that are ours, not the Java consumer's:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kafka_ds.client.config import parse_bool, parse_int
+from kafka_ds.client.config import ClientConfig, parse_bool, parse_int
 from kafka_ds.protocol.errors import ConfigError
 from kafka_ds.protocol.types import IsolationLevel
+
+log = logging.getLogger(__name__)
 
 FETCH_PROPERTIES = frozenset({
     "fetch.min.bytes", "fetch.max.bytes", "fetch.max.wait.ms", "max.partition.fetch.bytes",
     "isolation.level", "check.crcs", "client.rack", "fail.on.data.loss", "fetch.timeout.ms",
     "arrow.batch.rows", "include.headers", "fetch.max.decompressed.bytes", "decode.threads",
+    "fetch.max.decompressed.response.bytes",
 })
 
 _INT32_MAX = 2**31 - 1
@@ -66,6 +72,7 @@ class FetchConfig:
     include_headers: bool = False
     max_decompressed_bytes: int = 256 * 1024 * 1024
     decode_threads: int = 0
+    max_decompressed_response_bytes: int = 1024 * 1024 * 1024
 
     def __post_init__(self) -> None:
         self.validate()
@@ -80,6 +87,8 @@ class FetchConfig:
             ("arrow.batch.rows", self.arrow_batch_rows, 1, None),
             ("fetch.max.decompressed.bytes", self.max_decompressed_bytes, 1, None),
             ("decode.threads", self.decode_threads, 0, 8),
+            ("fetch.max.decompressed.response.bytes", self.max_decompressed_response_bytes,
+             1, None),
         ]
         for name, value, low, high in checks:
             if not isinstance(value, int) or value < low or (high is not None and value > high):
@@ -96,7 +105,11 @@ class FetchConfig:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> FetchConfig:
-        """Read the fetch options (Java names); others are ignored (see ``ClientConfig``)."""
+        """Read the fetch options (Java names); unknown ones are reported, as the producer does."""
+        unknown = ClientConfig.unused_properties(properties, FETCH_PROPERTIES)
+        if unknown:
+            log.warning("ignoring fetcher properties kafka_ds does not know: %s",
+                        ", ".join(unknown))
         isolation = properties.get("isolation.level", "read_uncommitted")
         try:
             isolation_level = IsolationLevel.parse(str(isolation))
@@ -118,6 +131,9 @@ class FetchConfig:
             max_decompressed_bytes=parse_int(properties, "fetch.max.decompressed.bytes",
                                              256 * 1024 * 1024, minimum=1),
             decode_threads=parse_int(properties, "decode.threads", 0, minimum=0),
+            max_decompressed_response_bytes=parse_int(
+                properties, "fetch.max.decompressed.response.bytes", 1024 * 1024 * 1024,
+                minimum=1),
         )
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -61,6 +62,7 @@ from kafka_ds.client.topic_errors import (
 )
 from kafka_ds.net.future import RequestFuture
 from kafka_ds.protocol.api_keys import ApiKey
+from kafka_ds.protocol.decompression_budget import DecompressionBudget
 from kafka_ds.protocol.errors import (
     BrokerError,
     DataLossError,
@@ -322,8 +324,13 @@ class FetchLoop:
                               if c.error is None]
                 if new_chunks:
                     node.buffered[self._responses] = len(new_chunks)
+                budget = DecompressionBudget(  # one for all partitions of this response
+                    self.config.max_decompressed_response_bytes,
+                    name="fetch.max.decompressed.response.bytes",
+                    lock=threading.Lock() if self._decoder is not None else None)
                 for chunk in new_chunks:
                     chunk.node_id, chunk.response_id = node.node_id, self._responses
+                    chunk.budget = budget
                     if self._decoder is not None:
                         chunk.decoding = self._decoder.submit(self._decode, chunk)
         return len(self._queue) > queued
@@ -577,7 +584,7 @@ class FetchLoop:
             chunk.records, start_offset=chunk.fetch_offset, end_offset=part.end,
             include_headers=self.include_headers,
             max_decompressed_bytes=config.max_decompressed_bytes, topic=part.tp.topic,
-            partition=part.tp.partition, verify_crc=config.check_crcs)
+            partition=part.tp.partition, verify_crc=config.check_crcs, budget=chunk.budget)
         if config.read_committed and chunk.aborted:
             columns = filter_committed(columns, chunk.aborted)
         return columns, time.perf_counter_ns() - started_ns

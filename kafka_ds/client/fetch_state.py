@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from kafka_ds.net.future import RequestFuture
+from kafka_ds.protocol.decompression_budget import DecompressionBudget
 from kafka_ds.protocol.errors import KafkaDsError
 from kafka_ds.protocol.fetch_session import ZERO_UUID, FetchSession, PendingFetch
 from kafka_ds.protocol.messages.fetch import FetchRequest
@@ -111,3 +112,5 @@ class Chunk:
     response_id: int = -1
     # Set when a decode thread works on it: (columns, decode time in ns).
     decoding: Future[tuple[RecordColumns, int]] | None = None
+    # Decompression allowed for the whole response, shared by its chunks.
+    budget: DecompressionBudget | None = None

@@ -33,7 +33,8 @@ import struct
 import zlib
 from collections.abc import Iterator
 
-from kafka_ds.protocol.compression import Compression, decompress
+from kafka_ds.protocol.compression import Compression
+from kafka_ds.protocol.decompression_budget import DecompressionBudget
 from kafka_ds.protocol.errors import CorruptRecordError, DecodeError
 from kafka_ds.protocol.records import (
     COMPRESSION_MASK,
@@ -70,8 +71,8 @@ class LegacyBatch:
     """
 
     __slots__ = (
+        "_budget",
         "_key",
-        "_max_decompressed_bytes",
         "_records",
         "_value",
         "_where",
@@ -90,7 +91,7 @@ class LegacyBatch:
 
     def __init__(self, magic: int, attributes: int, offset: int, timestamp_ms: int,
                  key: bytes | None, value: bytes | None, position: int, size_bytes: int,
-                 max_decompressed_bytes: int, where: str) -> None:
+                 max_decompressed_bytes: int | DecompressionBudget, where: str) -> None:
         self.magic = magic
         self.attributes = attributes
         self.last_offset = offset
@@ -99,13 +100,17 @@ class LegacyBatch:
         self.size_bytes = size_bytes
         self._key = key
         self._value = value
-        self._max_decompressed_bytes = max_decompressed_bytes
+        # The reader shares one budget between all wrappers of a buffer: a cap per wrapper
+        # would let a buffer of small gzip wrappers inflate without bound.
+        self._budget = max_decompressed_bytes if isinstance(
+            max_decompressed_bytes, DecompressionBudget) else DecompressionBudget(
+            max_decompressed_bytes)
         self._where = where
         self._records: list[Record] | None = None
 
     @classmethod
     def parse(cls, buf: Buffer, pos: int, end: int, *, verify_crc: bool = True,
-              max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+              max_decompressed_bytes: int | DecompressionBudget = DEFAULT_MAX_DECOMPRESSED_BYTES,
               where: str = "") -> LegacyBatch:
         """Parse the top-level entry ``buf[pos:end]`` (framing already checked by the caller)."""
         magic, attributes, offset, timestamp, key, value = _parse_message(
@@ -156,8 +161,8 @@ class LegacyBatch:
         if self._value is None:
             raise DecodeError(what, self.position, "the wrapper message has a null value")
         try:
-            inner = decompress(codec, self._value, self._max_decompressed_bytes,
-                               legacy_lz4_header=self.magic == 0)
+            inner = self._budget.decompress(codec, self._value,
+                                            legacy_lz4_header=self.magic == 0)
         except DecodeError as exc:
             raise DecodeError(what, self.position, str(exc)) from None
         entries = []

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from kafka_ds.protocol.compression import decompress
+from kafka_ds.protocol.decompression_budget import DecompressionBudget
 from kafka_ds.protocol.errors import CorruptRecordError, DecodeError
 from kafka_ds.protocol.primitives import read_varint
 from kafka_ds.protocol.record_arrow import (
@@ -153,6 +153,7 @@ def decode_columns(
     partition: int | None = None,
     verify_crc: bool = True,
     on_corrupt: str = "raise",
+    budget: DecompressionBudget | None = None,
 ) -> RecordColumns:
     """Decode the batches of one partition's fetch buffer into ``RecordColumns``.
 
@@ -166,7 +167,11 @@ def decode_columns(
     include_headers
         Decode record headers into ``headers`` (a null list for records without headers).
     max_decompressed_bytes
-        Cap on the decompressed bytes of all batches of this call together.
+        Cap on the decompressed bytes of all batches of this call together, v2 batches and
+        legacy wrappers alike.
+    budget
+        A wider budget charged with the same bytes: the fetcher's for the whole response, so
+        that many partitions cannot add up to an unbounded total either.
     topic, partition
         Named in error messages.
     on_corrupt
@@ -184,15 +189,20 @@ def decode_columns(
     where = _describe(topic, partition)
     if on_corrupt not in ("raise", "truncate"):
         raise ValueError(f"on_corrupt must be 'raise' or 'truncate', not {on_corrupt!r}")
-    scan = _scan(buf, start_offset, end_offset, verify_crc, max_decompressed_bytes, where,
+    scan = _scan(buf, start_offset, end_offset, verify_crc,
+                 DecompressionBudget(max_decompressed_bytes, parent=budget), where,
                  on_corrupt == "truncate")
     if scan is None:  # a legacy message set is in the buffer
         from kafka_ds.protocol.record_columns_legacy import decode_columns_per_record
 
+        # The per-record path starts again from the first batch with a fresh partition
+        # budget; what the v2 walk decompressed before it met the legacy set stays charged
+        # to the response budget, which only errs on the safe side.
         return decode_columns_per_record(
             buf, start_offset=start_offset, end_offset=end_offset,
             include_headers=include_headers, max_decompressed_bytes=max_decompressed_bytes,
-            topic=topic, partition=partition, verify_crc=verify_crc, on_corrupt=on_corrupt)
+            topic=topic, partition=partition, verify_crc=verify_crc, on_corrupt=on_corrupt,
+            budget=budget)
     last_offsets = scan.batches.last_offsets
     next_offset = int(last_offsets[-1]) + 1 if len(last_offsets) else None
     if next_offset is not None and start_offset is not None:
@@ -228,7 +238,7 @@ class _Scan:
 
 
 def _scan(buf: Buffer, start_offset: int | None, end_offset: int | None, verify_crc: bool,
-          max_decompressed_bytes: int, where: str, truncate: bool) -> _Scan | None:
+          budget: DecompressionBudget, where: str, truncate: bool) -> _Scan | None:
     """Walk the batch headers; returns None when a legacy message set is present.
 
     With ``truncate``, a malformed batch ends the walk and is reported in ``error`` instead of
@@ -245,7 +255,6 @@ def _scan(buf: Buffer, start_offset: int | None, end_offset: int | None, verify_
     meta: list[tuple[int, int, int, int, int]] = []
     # Records sections: (decompressed bytes, or None for the fetch buffer; start; end; count).
     found: list[tuple[bytes | None, int, int, int]] = []
-    decompressed = 0
     pos = 0
     partial = False
     error = None
@@ -282,8 +291,7 @@ def _scan(buf: Buffer, start_offset: int | None, end_offset: int | None, verify_
             section: tuple[bytes | None, int, int, int] | None = None
             if attributes & CONTROL_BIT:
                 header = RecordBatchHeader._make(unpack_header(buf, pos))
-                marker = RecordBatch(header, buf, pos, max_decompressed_bytes,
-                                     where).control_record()
+                marker = RecordBatch(header, buf, pos, budget, where).control_record()
                 control_type = -1 if marker is None else marker.type
             elif count and last_offset >= low and base_offset < high:
                 if count < 0:
@@ -292,12 +300,10 @@ def _scan(buf: Buffer, start_offset: int | None, end_offset: int | None, verify_
                 codec = attributes & COMPRESSION_MASK
                 if codec:
                     try:
-                        data = decompress(codec, view[pos + HEADER_BYTES:end],
-                                          max_decompressed_bytes - decompressed)
+                        data = budget.decompress(codec, view[pos + HEADER_BYTES:end])
                     except DecodeError as exc:
                         raise DecodeError(f"records of the batch at offset {base_offset}{where}",
                                           pos + HEADER_BYTES, str(exc)) from None
-                    decompressed += len(data)
                     section = (data, 0, len(data), count)
                 else:
                     section = (None, pos + HEADER_BYTES, end, count)

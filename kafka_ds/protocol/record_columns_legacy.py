@@ -14,6 +14,7 @@ import itertools
 import numpy as np
 import pyarrow as pa
 
+from kafka_ds.protocol.decompression_budget import DecompressionBudget
 from kafka_ds.protocol.errors import DecodeError
 from kafka_ds.protocol.record_columns import HEADERS_TYPE, BatchColumns, RecordColumns
 from kafka_ds.protocol.records import DEFAULT_MAX_DECOMPRESSED_BYTES, Buffer, iter_batches
@@ -30,10 +31,12 @@ def decode_columns_per_record(
     partition: int | None = None,
     verify_crc: bool = True,
     on_corrupt: str = "raise",
+    budget: DecompressionBudget | None = None,
 ) -> RecordColumns:
     """Same contract as ``record_columns.decode_columns``, one Python object per record.
 
-    The decompression cap applies to each batch here rather than to the whole call.
+    As there, ``max_decompressed_bytes`` caps all batches of the call together (v2 batches
+    and legacy wrappers draw on one budget), and ``budget`` is charged with them too.
     """
     low = -(2**63) if start_offset is None else start_offset
     high = 2**63 - 1 if end_offset is None else end_offset
@@ -47,7 +50,7 @@ def decode_columns_per_record(
     headers: list[list[dict[str, object]] | None] = []
     batch_index: list[int] = []
     reader = iter_batches(buf, topic=topic, partition=partition, verify_crc=verify_crc,
-                          max_decompressed_bytes=max_decompressed_bytes)
+                          max_decompressed_bytes=max_decompressed_bytes, budget=budget)
     error = None
     for index in itertools.count():
         try:

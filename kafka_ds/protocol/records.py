@@ -65,7 +65,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import crc32c as _crc32c
 
-from kafka_ds.protocol.compression import Compression, decompress
+from kafka_ds.protocol.compression import Compression
+from kafka_ds.protocol.decompression_budget import DecompressionBudget
 from kafka_ds.protocol.errors import CorruptRecordError, DecodeError
 from kafka_ds.protocol.primitives import read_varint, read_varlong
 
@@ -254,14 +255,18 @@ class RecordBatch:
     The batch keeps a view of the buffer it came from: iterate it before that buffer is reused.
     """
 
-    __slots__ = ("_buf", "_max_decompressed_bytes", "_where", "header", "position")
+    __slots__ = ("_budget", "_buf", "_where", "header", "position")
 
     def __init__(self, header: RecordBatchHeader, buf: Buffer, position: int,
-                 max_decompressed_bytes: int, where: str = "") -> None:
+                 max_decompressed_bytes: int | DecompressionBudget, where: str = "") -> None:
         self.header = header
         self.position = position  # where the batch starts in the buffer
         self._buf = buf
-        self._max_decompressed_bytes = max_decompressed_bytes
+        # Shared with the other batches of the buffer when the reader hands one in; each
+        # decompression of the records section spends from it.
+        self._budget = max_decompressed_bytes if isinstance(
+            max_decompressed_bytes, DecompressionBudget) else DecompressionBudget(
+            max_decompressed_bytes)
         self._where = where
 
     magic = MAGIC_V2
@@ -323,8 +328,7 @@ class RecordBatch:
         if codec == Compression.NONE:
             return self._buf, start, end
         try:
-            data = decompress(codec, memoryview(self._buf)[start:end],
-                              self._max_decompressed_bytes)
+            data = self._budget.decompress(codec, memoryview(self._buf)[start:end])
         except DecodeError as exc:
             raise DecodeError(f"records of the batch at offset {self.header.base_offset}"
                               f"{self._where}", start, str(exc)) from None
@@ -434,11 +438,14 @@ class BatchReader:
 
     def __init__(self, buf: Buffer, *, topic: str | None = None, partition: int | None = None,
                  verify_crc: bool = True,
-                 max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> None:
+                 max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+                 budget: DecompressionBudget | None = None) -> None:
         self._buf = buf
         self._size = len(buf)
         self._verify_crc = verify_crc
-        self._max_decompressed_bytes = max_decompressed_bytes
+        # One budget for every batch of the buffer, v2 or legacy (a per-batch cap bounds
+        # nothing: the buffer holds as many batches as fit), charged to ``budget`` too.
+        self._budget = DecompressionBudget(max_decompressed_bytes, parent=budget)
         self._where = _describe(topic, partition)
         self.position = 0
         self.has_partial_batch = False
@@ -472,12 +479,12 @@ class BatchReader:
             header = RecordBatchHeader._make(HEADER_STRUCT.unpack_from(buf, pos))
             if self._verify_crc:
                 check_crc(buf, pos, end, header.crc, base_offset, self._where)
-            batch = RecordBatch(header, buf, pos, self._max_decompressed_bytes, self._where)
+            batch = RecordBatch(header, buf, pos, self._budget, self._where)
         elif magic in (0, 1):
             from kafka_ds.protocol.legacy_records import LegacyBatch
 
             batch = LegacyBatch.parse(buf, pos, end, verify_crc=self._verify_crc,
-                                      max_decompressed_bytes=self._max_decompressed_bytes,
+                                      max_decompressed_bytes=self._budget,
                                       where=self._where)
         else:
             raise DecodeError(f"batch magic{self._where}", pos + MAGIC_OFFSET,
@@ -488,13 +495,16 @@ class BatchReader:
 
 def iter_batches(buf: Buffer, *, topic: str | None = None, partition: int | None = None,
                  verify_crc: bool = True,
-                 max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> BatchReader:
+                 max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+                 budget: DecompressionBudget | None = None) -> BatchReader:
     """Iterate the complete batches in ``buf``; see ``BatchReader`` for what it reports after.
 
-    ``max_decompressed_bytes`` caps the decompressed size of each compressed batch.
+    ``max_decompressed_bytes`` caps what all compressed batches of ``buf`` together may
+    decompress to (each decompressed once); ``budget`` is a wider one (the response's) that
+    is charged too.
     """
     return BatchReader(buf, topic=topic, partition=partition, verify_crc=verify_crc,
-                       max_decompressed_bytes=max_decompressed_bytes)
+                       max_decompressed_bytes=max_decompressed_bytes, budget=budget)
 
 
 def check_crc(buf: Buffer, pos: int, end: int, expected: int, base_offset: int,

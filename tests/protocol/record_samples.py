@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import struct
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -136,3 +137,21 @@ def kafka_python_xxhash() -> Iterator[None]:
         yield
     finally:
         kafka.codec.xxhash = saved
+
+
+def legacy_message(magic: int, attributes: int, key: bytes | None, value: bytes | None,
+                   offset: int = 0) -> bytes:
+    """One magic 0/1 message as a broker stores it (CRC-32 over magic..end)."""
+    body = struct.pack(">bb", magic, attributes)
+    if magic == 1:
+        body += struct.pack(">q", 0)
+    for field in (key, value):
+        body += struct.pack(">i", -1) if field is None else struct.pack(">i", len(field)) + field
+    return struct.pack(">qiI", offset, len(body) + 4, zlib.crc32(body)) + body
+
+
+def legacy_wrapper(inner: bytes, codec: int, offset: int = 200) -> bytes:
+    """A magic-1 wrapper message holding the message set ``inner`` compressed with ``codec``."""
+    from kafka_ds.protocol.compression import compress
+
+    return legacy_message(1, codec, None, compress(codec, inner), offset=offset)

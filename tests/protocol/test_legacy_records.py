@@ -8,7 +8,13 @@ import zlib
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
-from record_samples import all_records, kafka_python_snappy, kafka_python_xxhash
+from record_samples import (
+    all_records,
+    kafka_python_snappy,
+    kafka_python_xxhash,
+    legacy_message,
+    legacy_wrapper,
+)
 
 from kafka_ds.protocol.compression import Compression
 from kafka_ds.protocol.errors import CorruptRecordError, DecodeError
@@ -106,13 +112,13 @@ def test_legacy_crc_is_zlib_crc32() -> None:
 def test_malformed_legacy_messages(damage: str) -> None:
     if damage == "nested":
         inner = build(1, Compression.GZIP)  # a compressed wrapper inside a wrapper
-        outer = _wrap(inner, Compression.GZIP)
+        outer = legacy_wrapper(inner, Compression.GZIP)
         with pytest.raises(DecodeError, match="compressed again"):
             all_records(outer)
         return
     buf = bytearray(build(1, Compression.NONE))
     if damage == "null value":
-        buf = bytearray(_message(1, Compression.GZIP, None, None))
+        buf = bytearray(legacy_message(1, Compression.GZIP, None, None))
         with pytest.raises(DecodeError, match="null value"):
             all_records(bytes(buf))
     elif damage == "short":
@@ -125,19 +131,3 @@ def test_malformed_legacy_messages(damage: str) -> None:
                                                                                     8)[0]]))
         with pytest.raises(DecodeError, match="key"):
             list(iter_batches(bytes(buf)))
-
-
-def _message(magic: int, attributes: int, key: bytes | None, value: bytes | None,
-             offset: int = 0) -> bytes:
-    body = struct.pack(">bb", magic, attributes)
-    if magic == 1:
-        body += struct.pack(">q", 0)
-    for field in (key, value):
-        body += struct.pack(">i", -1) if field is None else struct.pack(">i", len(field)) + field
-    return struct.pack(">qiI", offset, len(body) + 4, zlib.crc32(body)) + body
-
-
-def _wrap(inner: bytes, codec: int) -> bytes:
-    from kafka_ds.protocol.compression import compress
-
-    return _message(1, codec, None, compress(codec, inner), offset=200)

@@ -1,0 +1,84 @@
+"""How many bytes decompression may still produce: one budget per partition per response, and
+optionally one over the whole response.
+
+Layer: protocol (sans-IO).
+
+A compressed batch (v2) or wrapper message (magic 0/1) inflates by any factor its sender
+chose: about 9 KB of gzip can become 8 MiB. A cap per batch does not bound anything, because a
+buffer holds as many batches as fit in it. So every batch decompressed from one partition's
+buffer draws on one ``DecompressionBudget``, whatever its message format, and the budgets of a
+response's partitions can draw on a parent budget for the response as a whole (the fetcher
+gives one), so that many partitions cannot add up to the same excess.
+
+Decoding threads may share a parent budget; the caller then passes a lock (any context
+manager, e.g. ``threading.Lock()``) so that two threads never spend the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from contextlib import AbstractContextManager
+from typing import Any
+
+from kafka_ds.protocol.compression import Buffer, Compression, decompress
+from kafka_ds.protocol.errors import DecodeError
+
+
+class DecompressionBudget:
+    """At most ``limit_bytes`` of decompressed data, spent by ``decompress`` calls.
+
+    ``name`` is what the error names as the setting to raise; ``parent`` is a wider budget
+    (the response's) charged with everything charged here.
+    """
+
+    __slots__ = ("_lock", "limit_bytes", "name", "parent", "spent_bytes")
+
+    def __init__(self, limit_bytes: int, *, name: str = "max_decompressed_bytes",
+                 parent: DecompressionBudget | None = None,
+                 lock: AbstractContextManager[Any] | None = None) -> None:
+        if limit_bytes < 0:
+            raise ValueError(f"a decompression budget cannot be negative ({limit_bytes})")
+        self.limit_bytes = limit_bytes
+        self.name = name
+        self.parent = parent
+        self.spent_bytes = 0
+        self._lock: AbstractContextManager[Any] = lock or contextlib.nullcontext()
+
+    def __repr__(self) -> str:
+        return (f"DecompressionBudget({self.spent_bytes} of {self.limit_bytes} bytes spent, "
+                f"{self.name})")
+
+    def remaining(self) -> int:
+        own = self.limit_bytes - self.spent_bytes
+        return own if self.parent is None else min(own, self.parent.remaining())
+
+    def charge(self, produced_bytes: int) -> None:
+        with self._lock:
+            self.spent_bytes += produced_bytes
+        if self.parent is not None:
+            self.parent.charge(produced_bytes)
+
+    def decompress(self, codec: Compression | int, data: Buffer, *,
+                   legacy_lz4_header: bool = False) -> bytes:
+        """``compression.decompress`` within what is left; raises ``DecodeError`` beyond it."""
+        allowed = self.remaining()
+        try:
+            out = decompress(codec, data, allowed, legacy_lz4_header=legacy_lz4_header)
+        except DecodeError as exc:
+            if not exc.detail.startswith("decompressed size exceeds"):
+                raise
+            raise DecodeError(exc.what, exc.position, self._exhausted()) from None
+        self.charge(len(out))
+        return out
+
+    def _exhausted(self) -> str:
+        chain: list[DecompressionBudget] = []
+        budget: DecompressionBudget | None = self
+        while budget is not None:
+            chain.append(budget)
+            budget = budget.parent
+        # Name the budget that ran out: this one or a parent.
+        exhausted = min(chain, key=lambda item: item.limit_bytes - item.spent_bytes)
+        return (f"decompressed data would exceed {exhausted.limit_bytes} bytes "
+                f"({exhausted.name}; {exhausted.spent_bytes} already used): a decompression "
+                "bomb, or batches larger than the cap allows")
