@@ -6,10 +6,12 @@ not a hang; a TLS/plaintext mix-up names security.protocol; nothing waits past i
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,8 @@ from integration.harness.cluster import KafkaCluster
 from integration.props import kafka_ds_properties
 from kafka_ds.client.cluster import Cluster, UnknownTopicError
 from kafka_ds.client.config import ClientConfig
+from kafka_ds.client.fetcher import Fetcher
+from kafka_ds.net import broker_conn
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.errors import (
     AuthenticationError,
@@ -95,6 +99,58 @@ def test_untrusted_certificate_is_an_authentication_error(kafka: KafkaCluster, t
     del props["ssl.truststore.location"]  # the system CAs do not know the harness CA
     with _connect(props) as cluster, pytest.raises(AuthenticationError, match="truststore"):
         cluster.topic(topic)
+
+
+def test_a_configured_truststore_replaces_the_system_cas(kafka: KafkaCluster, topic,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Make the CA that signed the broker a "system" CA: OpenSSL reads SSL_CERT_FILE when it
+    # loads the default store.
+    monkeypatch.setenv("SSL_CERT_FILE", str(kafka.tls.ca_pem))
+    props = kafka_ds_properties(kafka, "SSL")
+    del props["ssl.truststore.location"]
+    with _connect(props) as cluster:  # no CA configured: the system store, which now vouches
+        assert cluster.topic(topic).partition_count == 1
+    # A private CA configured: only it is trusted, so a certificate chaining to a system CA
+    # (anyone's publicly trusted certificate for the broker's name) must be refused.
+    props["ssl.truststore.location"] = str(kafka.tls.untrusted_ca_pem)
+    with _connect(props) as cluster, pytest.raises(AuthenticationError, match="truststore"):
+        cluster.topic(topic)
+
+
+class _OpenCounter:
+    """Counts the sockets kafka_ds's connections open (every connect goes through it)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._real = broker_conn.open_socket
+
+    def __call__(self, *args: Any, **kwargs: Any) -> socket.socket:
+        self.count += 1
+        return self._real(*args, **kwargs)
+
+
+@pytest.mark.parametrize("refusal", ["our certificate", "theirs"])
+def test_a_refused_certificate_fails_a_fetch_at_once(kafka: KafkaCluster, topic,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    refusal: str) -> None:
+    if refusal == "our certificate":  # MTLS without a client certificate
+        props = kafka_ds_properties(kafka, "MTLS")
+        del props["ssl.keystore.location"]
+        message = "ssl.keystore.location"
+    else:  # a broker certificate our truststore does not vouch for
+        props = kafka_ds_properties(kafka, "SSL")
+        props["ssl.truststore.location"] = str(kafka.tls.untrusted_ca_pem)
+        message = "ssl.truststore.location"
+    props["fetch.timeout.ms"] = "20000"
+    opens = _OpenCounter()
+    monkeypatch.setattr(broker_conn, "open_socket", opens)
+    started = time.monotonic()
+    with Fetcher.from_properties(props) as fetcher, \
+            pytest.raises(AuthenticationError, match=re.escape(message)):
+        list(fetcher.read_arrow([(topic, 0, 0, 1)]))
+    # Not retried until fetch.timeout.ms (it used to reconnect ~4 times a second for all of it).
+    assert opens.count == 1
+    assert time.monotonic() - started < 10
 
 
 def test_hostname_must_match_the_certificate(kafka: KafkaCluster, topic, tmp_path) -> None:

@@ -13,28 +13,38 @@ Deliberate differences, each with an error that says what to do instead:
   ``ssl`` cannot read JKS or PKCS12 stores. The Java client accepts PEM too.
 - ``sasl.jaas.config`` is parsed for the PLAIN, SCRAM and OAUTHBEARER login modules'
   options; other login modules (Kerberos/GSSAPI) are not supported.
-- OAUTHBEARER: a static token in ``sasl.oauthbearer.token`` (ours), or the Java client's
-  unsecured development token (``unsecuredLoginStringClaim_sub`` in the JAAS options), which we
-  build the same way: an unsigned JWT that only brokers configured for unsecured tokens accept.
+- OAUTHBEARER tokens come from a source asked at every (re-)authentication (``net.oauth``): a
+  token file named the Java way (``sasl.oauthbearer.token.endpoint.url=file:/path``; HTTP
+  identity providers are not called), a function (``sasl.oauthbearer.token.provider``, ours), a
+  static ``sasl.oauthbearer.token`` (ours), or the Java client's unsecured development token
+  (``unsecuredLoginStringClaim_sub`` in the JAAS options), minted afresh each time.
+- ``ssl.endpoint.identification.algorithm`` is ``https`` (the default) or empty (hostname
+  checks off); anything else is an error, because a typo must not switch the check off.
+
+Settings that cannot take effect are reported, not silently dropped: ``ssl.*`` without TLS and
+``sasl.*`` without SASL in ``security.protocol``, and PLAIN passwords sent over plaintext.
 """
 
 from __future__ import annotations
 
-import base64
-import json
+import logging
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kafka_ds.net.oauth import TokenCallable, TokenFile, TokenSource, UnsecuredJws
 from kafka_ds.net.pool import parse_bootstrap
 from kafka_ds.net.security import ConnectionConfig, SaslConfig, SecurityProtocol, TlsConfig
 from kafka_ds.protocol.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 # Properties read by ClientConfig itself (anything else is left for producer/fetcher configs).
 CLIENT_PROPERTIES = frozenset({
     "bootstrap.servers", "client.id", "security.protocol", "sasl.mechanism", "sasl.jaas.config",
     "sasl.username", "sasl.password", "sasl.oauthbearer.token",
+    "sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.token.provider",
+    "sasl.login.callback.handler.class",
     "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.certificates",
     "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.key",
     "ssl.keystore.certificate.chain", "ssl.key.password", "ssl.keystore.password",
@@ -47,12 +57,31 @@ CLIENT_PROPERTIES = frozenset({
 SENSITIVE_PROPERTIES = frozenset({
     "sasl.jaas.config", "sasl.password", "sasl.oauthbearer.token", "ssl.key.password",
     "ssl.keystore.password", "ssl.truststore.password", "ssl.keystore.key",
+    "ssl.truststore.certificates", "ssl.keystore.certificate.chain",
+    "sasl.oauthbearer.client.credentials.client.secret",
+    "sasl.oauthbearer.assertion.private.key.passphrase",
 })
+# Name fragments that mark a secret in properties we do not list (newer Java names, vendor
+# extensions such as basic.auth.user.info): better to hide a harmless value than show a secret.
+_SENSITIVE_FRAGMENTS = ("password", "secret", "passphrase", "token", "jaas", "credentials",
+                        "user.info", "private.key")
+# ... except these, which name where a secret lives rather than hold it.
+_NOT_SENSITIVE = frozenset({"sasl.oauthbearer.token.endpoint.url",
+                            "sasl.oauthbearer.token.provider",
+                            "sasl.oauthbearer.assertion.private.key.file"})
 
 
-def redact(properties: Mapping[str, str]) -> dict[str, str]:
+def is_sensitive(name: str) -> bool:
+    """True for a property whose value must never be logged, shown in an error or a plan."""
+    key = name.strip().lower()
+    if key in _NOT_SENSITIVE:
+        return False
+    return key in SENSITIVE_PROPERTIES or any(part in key for part in _SENSITIVE_FRAGMENTS)
+
+
+def redact(properties: Mapping[str, object]) -> dict[str, object]:
     """A copy safe to log: secret values replaced by ``[redacted]``."""
-    return {key: "[redacted]" if key in SENSITIVE_PROPERTIES or "password" in key else value
+    return {key: "[redacted]" if is_sensitive(key) else value
             for key, value in properties.items()}
 
 
@@ -105,13 +134,38 @@ def parse_jaas(text: str) -> tuple[str, dict[str, str]]:
 
 def unsecured_jwt(subject: str, lifetime_s: int = 3600) -> str:
     """The unsigned JWT the Java client's unsecured OAUTHBEARER login builds (dev/test only)."""
-    def part(value: dict[str, object]) -> str:
-        raw = json.dumps(value, separators=(",", ":")).encode()
-        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+    return UnsecuredJws(subject, lifetime_s).token()
 
-    now_s = int(time.time())
-    claims = {'iat': now_s, 'exp': now_s + lifetime_s, 'sub': subject}
-    return f"{part({'alg': 'none'})}.{part(claims)}."
+
+def _token_source(properties: Mapping[str, str],
+                  jaas_options: Mapping[str, str]) -> TokenSource | None:
+    """The OAUTHBEARER token source the properties name, or None for a static token."""
+    url = properties.get("sasl.oauthbearer.token.endpoint.url")
+    provider = properties.get("sasl.oauthbearer.token.provider")
+    chosen = [name for name, value in (("sasl.oauthbearer.token.endpoint.url", url),
+                                       ("sasl.oauthbearer.token.provider", provider),
+                                       ("sasl.oauthbearer.token",
+                                        properties.get("sasl.oauthbearer.token")))
+              if value]
+    if len(chosen) > 1:
+        raise ConfigError(f"{' and '.join(chosen)} both name the OAUTHBEARER token; keep one")
+    if url:
+        source: TokenSource = TokenFile.from_url(url)
+        try:
+            source.token()  # readable and well-formed now, or fail before any I/O
+        except Exception as exc:
+            raise ConfigError(str(exc)) from None
+        return source
+    if provider:
+        return TokenCallable(provider)
+    subject = jaas_options.get("unsecuredLoginStringClaim_sub")
+    if subject and not chosen:
+        lifetime_s = jaas_options.get("unsecuredLoginLifetimeSeconds", "3600")
+        if not lifetime_s.isdigit() or int(lifetime_s) <= 0:
+            raise ConfigError("unsecuredLoginLifetimeSeconds in sasl.jaas.config must be a "
+                              f"positive number of seconds, got {lifetime_s!r}")
+        return UnsecuredJws(subject, int(lifetime_s))
+    return None
 
 
 def _sasl_config(properties: Mapping[str, str], protocol: SecurityProtocol) -> SaslConfig | None:
@@ -122,14 +176,11 @@ def _sasl_config(properties: Mapping[str, str], protocol: SecurityProtocol) -> S
     password = properties.get("sasl.password")
     token = properties.get("sasl.oauthbearer.token")
     jaas = properties.get("sasl.jaas.config")
+    options: dict[str, str] = {}
     if jaas:
         module, options = parse_jaas(jaas)
         username = options.get("username", username)
         password = options.get("password", password)
-        if mechanism == "OAUTHBEARER" and token is None:
-            subject = options.get("unsecuredLoginStringClaim_sub")
-            if subject:
-                token = unsecured_jwt(subject)
         if "Krb5LoginModule" in module:
             raise ConfigError("Kerberos (GSSAPI) is not supported by kafka_ds; use SASL PLAIN, "
                               "SCRAM-SHA-256/512 or OAUTHBEARER")
@@ -137,8 +188,18 @@ def _sasl_config(properties: Mapping[str, str], protocol: SecurityProtocol) -> S
         raise ConfigError("sasl.mechanism is GSSAPI (the Kafka default) but kafka_ds does not "
                           "support Kerberos: set sasl.mechanism to PLAIN, SCRAM-SHA-256, "
                           "SCRAM-SHA-512 or OAUTHBEARER")
+    handler = properties.get("sasl.login.callback.handler.class")
+    if handler and not handler.strip().endswith(".OAuthBearerLoginCallbackHandler"):
+        raise ConfigError(
+            f"sasl.login.callback.handler.class={handler!r}: Java callback handlers cannot run "
+            "in kafka_ds; give a Python function as sasl.oauthbearer.token.provider instead")
+    source = _token_source(properties, options) if mechanism == "OAUTHBEARER" else None
+    if mechanism == "PLAIN" and protocol is SecurityProtocol.SASL_PLAINTEXT:
+        log.warning("sasl.mechanism=PLAIN over security.protocol=SASL_PLAINTEXT sends the "
+                    "password unencrypted; use SASL_SSL, or SCRAM-SHA-256/512 which never "
+                    "sends it")
     sasl = SaslConfig(mechanism=mechanism, username=username, password=password,
-                      oauth_token=token)
+                      oauth_token=token, oauth_token_source=source)
     sasl.validate()
     return sasl
 
@@ -162,15 +223,40 @@ def _tls_config(properties: Mapping[str, str], protocol: SecurityProtocol) -> Tl
         raise ConfigError("inline ssl.keystore.key / ssl.keystore.certificate.chain are not "
                           "supported; put the key and certificate in a PEM file and set "
                           "ssl.keystore.location (and ssl.key.password if the key is encrypted)")
-    algorithm = properties.get("ssl.endpoint.identification.algorithm", "https")
+    algorithm = properties.get("ssl.endpoint.identification.algorithm", "https").strip()
+    # As in Java: only an empty value turns hostname verification off. "none" (librdkafka's
+    # spelling), "http" or a typo must not silently do the same.
+    if algorithm and algorithm.lower() != "https":
+        raise ConfigError(
+            f"ssl.endpoint.identification.algorithm={algorithm!r} is not supported: use "
+            "'https' (the default: the broker certificate must name the host dialled) or an "
+            "empty string to turn hostname verification off")
     return TlsConfig(
         ca_file=properties.get("ssl.truststore.location"),
         ca_pem=properties.get("ssl.truststore.certificates"),
         cert_file=properties.get("ssl.keystore.location"),
         key_file=properties.get("ssl.keystore.location"),
         key_password=properties.get("ssl.key.password"),
-        check_hostname=algorithm.strip().lower() == "https",
+        check_hostname=bool(algorithm),
     )
+
+
+def _warn_unused_security(properties: Mapping[str, str], protocol: SecurityProtocol) -> None:
+    """Warn about ``ssl.*``/``sasl.*`` settings that ``security.protocol`` leaves unused."""
+    for prefix, used, kind in (("ssl.", protocol.uses_tls, "TLS"),
+                               ("sasl.", protocol.uses_sasl, "SASL")):
+        ignored = sorted(key for key in properties if key.startswith(prefix))
+        if ignored and not used:
+            log.warning("security.protocol=%s does not use %s, so these settings have no "
+                        "effect: %s. Did you mean security.protocol=%s?", protocol.value, kind,
+                        ", ".join(ignored), _with(protocol, kind))
+
+
+def _with(protocol: SecurityProtocol, kind: str) -> str:
+    tls = protocol.uses_tls or kind == "TLS"
+    sasl = protocol.uses_sasl or kind == "SASL"
+    return {(False, False): "PLAINTEXT", (True, False): "SSL", (False, True): "SASL_PLAINTEXT",
+            (True, True): "SASL_SSL"}[(tls, sasl)]
 
 
 @dataclass(frozen=True)
@@ -197,6 +283,8 @@ class ClientConfig:
             raise ConfigError(
                 f"security.protocol={protocol_name!r} is not one of "
                 f"{', '.join(p.value for p in SecurityProtocol)}") from None
+        log.debug("client properties: %s", redact(properties))
+        _warn_unused_security(properties, protocol)
         send_buffer_bytes = parse_int(properties, "send.buffer.bytes", -1)
         receive_buffer_bytes = parse_int(properties, "receive.buffer.bytes", -1)
         connection = ConnectionConfig(

@@ -17,6 +17,7 @@ import ssl
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from kafka_ds.net.oauth import StaticToken, TokenSource
 from kafka_ds.protocol.errors import ConfigError
 from kafka_ds.protocol.sasl import OAuthBearer, Plain, SaslMechanism, Scram
 
@@ -56,11 +57,17 @@ class TlsConfig:
     verify_certificates: bool = True
 
     def build_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        # An empty client context, not ssl.create_default_context(): that one loads the ~145
+        # system roots first, and a configured CA would only be added to them. Like the Java
+        # client, trust exactly the configured CA when there is one (a private-CA cluster must
+        # not accept any publicly trusted certificate for its name), the system store if not.
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED + hostname checks
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
             if self.ca_file or self.ca_pem:
                 context.load_verify_locations(cafile=self.ca_file, cadata=self.ca_pem)
+            elif self.verify_certificates:
+                context.load_default_certs(ssl.Purpose.SERVER_AUTH)
             if self.cert_file:
                 context.load_cert_chain(self.cert_file, self.key_file, password=self.key_password)
         except (OSError, ssl.SSLError) as exc:
@@ -76,13 +83,18 @@ class TlsConfig:
 
 @dataclass(frozen=True)
 class SaslConfig:
-    """SASL credentials: PLAIN and SCRAM use username/password, OAUTHBEARER a token."""
+    """SASL credentials: PLAIN and SCRAM use username/password, OAUTHBEARER a token source.
+
+    ``oauth_token`` is a fixed token; ``oauth_token_source`` (see ``net.oauth``) is asked for
+    the current one at every authentication and re-authentication, and wins when both are set.
+    """
 
     mechanism: str = "PLAIN"
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     oauth_token: str | None = field(default=None, repr=False)
     oauth_extensions: tuple[tuple[str, str], ...] = ()
+    oauth_token_source: TokenSource | None = None
 
     SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
@@ -91,22 +103,30 @@ class SaslConfig:
             raise ConfigError(f"sasl.mechanism={self.mechanism!r} is not supported; use one of "
                               f"{', '.join(self.SUPPORTED)}")
         if self.mechanism == "OAUTHBEARER":
-            if not self.oauth_token:
-                raise ConfigError("sasl.mechanism=OAUTHBEARER needs a token "
-                                  "(sasl.oauthbearer.token)")
+            if not self.oauth_token and self.oauth_token_source is None:
+                raise ConfigError(
+                    "sasl.mechanism=OAUTHBEARER needs a token: sasl.oauthbearer.token, a token "
+                    "file (sasl.oauthbearer.token.endpoint.url=file:/path), a function "
+                    "(sasl.oauthbearer.token.provider), or the unsecured JAAS login options")
         elif self.username is None or self.password is None:
             raise ConfigError(f"sasl.mechanism={self.mechanism} needs a username and password "
                               "(sasl.jaas.config or sasl.username/sasl.password)")
 
+    def current_token(self) -> str:
+        """The OAUTHBEARER token to send now (asks the source, which may re-read a file)."""
+        if self.oauth_token_source is not None:
+            return self.oauth_token_source.token()
+        assert self.oauth_token is not None
+        return StaticToken(self.oauth_token).token()
+
     def new_mechanism(self) -> SaslMechanism:
-        """A fresh conversation (each connection authenticates anew)."""
+        """A fresh conversation (each authentication and re-authentication starts anew)."""
         self.validate()
         if self.mechanism == "PLAIN":
             assert self.username is not None and self.password is not None
             return Plain(self.username, self.password)
         if self.mechanism == "OAUTHBEARER":
-            assert self.oauth_token is not None
-            return OAuthBearer(self.oauth_token, dict(self.oauth_extensions))
+            return OAuthBearer(self.current_token(), dict(self.oauth_extensions))
         assert self.username is not None and self.password is not None
         return Scram(self.mechanism, self.username, self.password)
 

@@ -2,10 +2,12 @@
 
 Layer: net (stdlib ``socket``/``ssl``).
 
-``open_socket`` connects and completes the TLS handshake while the socket is still blocking
-(bounded by the connect timeout), then hands a connected socket to ``BrokerConnection``, which
-switches it to non-blocking for pipelined traffic. Every OSError becomes a ``NetworkError``
-naming the address and the likely fix; a certificate the CA does not vouch for becomes an
+``open_socket`` connects and completes the TLS handshake while the socket is still blocking,
+both within one deadline (``timeout_ms`` covers TCP and TLS together, not each step or each
+read), then hands a connected socket to ``BrokerConnection``, which spends what is left of
+the connect timeout on ApiVersions and SASL and then switches it to non-blocking for pipelined
+traffic. Every OSError becomes a ``NetworkError`` naming the address and the likely fix; a
+certificate the CA does not vouch for, or a broker refusing ours, becomes an
 ``AuthenticationError``, because retrying cannot fix configuration.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import errno
 import socket
 import ssl
+import time
 
 from kafka_ds.protocol.errors import AuthenticationError, KafkaTimeoutError, NetworkError
 
@@ -25,6 +28,7 @@ def open_socket(host: str, port: int, *, timeout_ms: int,
     """Connect to ``host:port`` (and handshake TLS when ``ssl_context`` is given)."""
     address = f"{host}:{port}"
     timeout_s = timeout_ms / 1000
+    deadline_s = time.monotonic() + timeout_s
     try:
         sock = socket.create_connection((host, port), timeout=timeout_s)
     except TimeoutError as exc:
@@ -45,6 +49,13 @@ def open_socket(host: str, port: int, *, timeout_ms: int,
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
         if ssl_context is None:
             return sock
+        # The handshake gets what the TCP connect left; CPython bounds a blocking handshake
+        # as a whole by the socket timeout, so a peer trickling bytes cannot stretch it.
+        remaining_s = deadline_s - time.monotonic()
+        if remaining_s <= 0:
+            raise KafkaTimeoutError(f"connecting to {address} timed out after {timeout_ms} ms "
+                                    "(socket.connection.setup.timeout.ms)")
+        sock.settimeout(remaining_s)
         return _handshake(sock, host, address, ssl_context, timeout_ms)
     except BaseException:
         sock.close()
@@ -66,6 +77,8 @@ def _handshake(sock: socket.socket, host: str, address: str, context: ssl.SSLCon
             f"TLS handshake with {address} timed out after {timeout_ms} ms: is this listener "
             "plaintext? Check security.protocol") from exc
     except ssl.SSLError as exc:
+        if refuses_client_certificate(exc):
+            raise client_certificate_refused(address, exc) from exc
         raise NetworkError(
             f"TLS handshake with {address} failed ({exc.reason or exc}): is this a TLS "
             "listener, and does it require a client certificate (ssl.keystore.location)?"
@@ -74,3 +87,27 @@ def _handshake(sock: socket.socket, host: str, address: str, context: ssl.SSLCon
         hint = " (the broker closed the connection: is this a TLS listener?)" if exc.errno in (
             errno.ECONNRESET, errno.EPIPE, None) else ""
         raise NetworkError(f"TLS handshake with {address} failed: {exc}{hint}") from exc
+
+
+# TLS alerts by which a server says it will not accept our certificate (or the lack of one).
+# Under TLS 1.3 they arrive after the client's side of the handshake is done, on the first
+# read; under TLS 1.2 during the handshake. Either way no retry can change the answer.
+_CLIENT_CERTIFICATE_ALERTS = frozenset({
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED", "SSLV3_ALERT_BAD_CERTIFICATE",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN", "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED", "SSLV3_ALERT_CERTIFICATE_REVOKED",
+    "TLSV1_ALERT_UNKNOWN_CA", "TLSV1_ALERT_ACCESS_DENIED",
+})
+
+
+def refuses_client_certificate(exc: ssl.SSLError) -> bool:
+    """True when ``exc`` is the server's alert refusing our client certificate."""
+    return (exc.reason or "") in _CLIENT_CERTIFICATE_ALERTS
+
+
+def client_certificate_refused(address: str, exc: ssl.SSLError) -> AuthenticationError:
+    return AuthenticationError(
+        f"broker {address} refused our TLS client certificate ({exc.reason}): this listener "
+        "requires one it trusts; set ssl.keystore.location to a PEM file with the client key "
+        "and a certificate signed by a CA the broker trusts (the Java client fails the same "
+        "way, with SslAuthenticationException)")

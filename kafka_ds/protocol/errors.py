@@ -10,7 +10,7 @@ so a user can catch one type. The tree::
       EncodeError              a value that cannot be put on the wire at the chosen version
       BrokerError              a broker answered with an error code (see ``ErrorCode``)
       NetworkError             a connection could not be made or broke (wraps the OSError)
-        AuthenticationError    SASL or TLS refused us: a configuration problem, never retried
+      AuthenticationError      SASL or TLS refused us: a configuration problem, never retried
       KafkaTimeoutError        a deadline passed
       ConfigError              bad client configuration, raised before any I/O
       DataLossError            requested offsets are gone from the log (``failOnDataLoss``)
@@ -84,8 +84,13 @@ class NetworkError(KafkaDsError):
     """
 
 
-class AuthenticationError(NetworkError):
-    """The broker refused our credentials or our TLS identity. Retrying will not help."""
+class AuthenticationError(KafkaDsError):
+    """The broker refused our credentials or our TLS identity. Retrying will not help.
+
+    Not a ``NetworkError``: callers retry network errors until their timeout, and a wrong
+    password, an untrusted certificate or a refused client certificate must fail at once
+    (the Java client's ``AuthenticationException`` is not retriable either).
+    """
 
 
 class KafkaTimeoutError(KafkaDsError, TimeoutError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kafka_ds.client.config import SENSITIVE_PROPERTIES
+from kafka_ds.client.config import is_sensitive
 from kafka_ds.protocol.errors import ConfigError
 
 KAFKA_PREFIX = "kafka."
@@ -37,8 +37,7 @@ def is_secret(option: str) -> bool:
     name = option.lower()
     if name.startswith(KAFKA_PREFIX):
         name = name[len(KAFKA_PREFIX):]
-    return (name in SENSITIVE_PROPERTIES or "password" in name or "secret" in name
-            or "token" in name or name.endswith("jaas.config"))
+    return is_sensitive(name)
 
 
 def shown(option: str, value: object) -> str:
