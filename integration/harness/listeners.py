@@ -8,6 +8,10 @@ every security path (listener name -> security protocol):
     SASL_SCRAM  SASL_PLAINTEXT   SCRAM-SHA-256 and SCRAM-SHA-512, users in SCRAM_USERS
     SASL_OAUTH  SASL_PLAINTEXT   OAUTHBEARER, Kafka's default *unsecured* JWS validator:
                                  any unsigned token (alg "none") with sub + exp passes
+    SASL_REAUTH SASL_PLAINTEXT   PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER as above, with
+                                 connections.max.reauth.ms=REAUTH_MS: sessions last 10 s
+                                 (less if the token expires sooner), so clients must
+                                 re-authenticate (KIP-368) or be disconnected
     SSL         SSL              server-auth TLS (ssl.client.auth=none)
     MTLS        SSL              mutual TLS (ssl.client.auth=required)
     CONTROLLER  PLAINTEXT        KRaft quorum only; not for clients
@@ -25,12 +29,17 @@ from typing import Any
 
 from .tls import TlsMaterial
 
-CLIENT_LISTENERS = ("PLAINTEXT", "SASL_PLAIN", "SASL_SCRAM", "SASL_OAUTH", "SSL", "MTLS")
+CLIENT_LISTENERS = ("PLAINTEXT", "SASL_PLAIN", "SASL_SCRAM", "SASL_OAUTH", "SASL_REAUTH", "SSL",
+                    "MTLS")
 ALL_LISTENERS = (*CLIENT_LISTENERS, "CONTROLLER")
 SECURITY_PROTOCOL = {
     "PLAINTEXT": "PLAINTEXT", "SASL_PLAIN": "SASL_PLAINTEXT", "SASL_SCRAM": "SASL_PLAINTEXT",
-    "SASL_OAUTH": "SASL_PLAINTEXT", "SSL": "SSL", "MTLS": "SSL", "CONTROLLER": "PLAINTEXT",
+    "SASL_OAUTH": "SASL_PLAINTEXT", "SASL_REAUTH": "SASL_PLAINTEXT", "SSL": "SSL",
+    "MTLS": "SSL", "CONTROLLER": "PLAINTEXT",
 }
+# Session lifetime on SASL_REAUTH: short enough that a one-minute test sees several
+# re-authentications per connection.
+REAUTH_MS = 10_000
 PLAIN_USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 # One user per SCRAM mechanism, so a client that picks the wrong mechanism fails loudly.
 SCRAM_USERS = {"SCRAM-SHA-256": ("scram256", "scram256-secret"),
@@ -65,6 +74,20 @@ def broker_listener_properties(ports: dict[str, int], tls: TlsMaterial) -> dict[
         "listener.name.sasl_oauth.oauthbearer.sasl.jaas.config":
             f"{_JAAS}.oauthbearer.OAuthBearerLoginModule required "
             f'unsecuredLoginStringClaim_sub="{OAUTH_PRINCIPAL}";',
+        # SASL_REAUTH: every mechanism above, and sessions that end after REAUTH_MS.
+        "listener.name.sasl_reauth.sasl.enabled.mechanisms":
+            "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
+        "listener.name.sasl_reauth.plain.sasl.jaas.config":
+            f"{_JAAS}.plain.PlainLoginModule required "
+            + " ".join(f'user_{u}="{p}"' for u, p in PLAIN_USERS.items()) + ";",
+        "listener.name.sasl_reauth.scram-sha-256.sasl.jaas.config":
+            f"{_JAAS}.scram.ScramLoginModule required;",
+        "listener.name.sasl_reauth.scram-sha-512.sasl.jaas.config":
+            f"{_JAAS}.scram.ScramLoginModule required;",
+        "listener.name.sasl_reauth.oauthbearer.sasl.jaas.config":
+            f"{_JAAS}.oauthbearer.OAuthBearerLoginModule required "
+            f'unsecuredLoginStringClaim_sub="{OAUTH_PRINCIPAL}";',
+        "listener.name.sasl_reauth.connections.max.reauth.ms": str(REAUTH_MS),
         # TLS: one keystore for both TLS listeners; only MTLS demands a client certificate.
         "ssl.keystore.type": "PKCS12",
         "ssl.keystore.location": str(tls.broker_keystore_p12),
@@ -111,7 +134,8 @@ def client_config(listener: str, bootstrap_servers: str, tls: TlsMaterial, *,
     ssl_truststore_p12 + ssl_truststore_password,
     ssl_check_hostname (True: the broker cert's SAN matches 127.0.0.1 and localhost),
     ssl_hostname (the name to verify: the bootstrap host, 127.0.0.1).
-    ``mechanism`` picks SCRAM-SHA-256 (default) or SCRAM-SHA-512 on SASL_SCRAM;
+    ``mechanism`` picks SCRAM-SHA-256 (default) or SCRAM-SHA-512 on SASL_SCRAM, and any of
+    PLAIN, SCRAM-SHA-256 (default), SCRAM-SHA-512 and OAUTHBEARER on SASL_REAUTH;
     ``username``/``password`` override the built-in user (e.g. a wrong password).
     """
     listener = listener.upper()
@@ -119,6 +143,13 @@ def client_config(listener: str, bootstrap_servers: str, tls: TlsMaterial, *,
         raise ValueError(f"unknown listener {listener!r}; choose one of {CLIENT_LISTENERS}")
     cfg: dict[str, Any] = {"listener": listener, "bootstrap_servers": bootstrap_servers,
                            "security_protocol": SECURITY_PROTOCOL[listener]}
+    if listener == "SASL_REAUTH":
+        listener = {"PLAIN": "SASL_PLAIN", "OAUTHBEARER": "SASL_OAUTH"}.get(
+            mechanism or "", "SASL_SCRAM")
+        cfg = client_config(listener, bootstrap_servers, tls, mechanism=mechanism,
+                            username=username, password=password)
+        cfg["listener"] = "SASL_REAUTH"
+        return cfg
     if listener == "SASL_PLAIN":
         if mechanism not in (None, "PLAIN"):
             raise ValueError("SASL_PLAIN only speaks PLAIN")

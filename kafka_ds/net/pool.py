@@ -13,7 +13,13 @@ Bootstrap connections (before we know node ids) use negative ids, one per bootst
 tried in rotation: when one fails the next is tried, and the error lists every address that
 failed and why. A node that failed to connect is not retried before its backoff expires
 (``reconnect.backoff.ms``, doubling up to ``reconnect.backoff.max.ms``), so a dead broker is
-not hammered by every retry of every request.
+not hammered by every retry of every request. An ``AuthenticationError`` (bad credentials, an
+untrusted certificate on either side) is raised at once and never backed off and retried.
+
+SASL sessions with a lifetime are re-authenticated on their connection by the connection
+itself (see ``broker_conn``), driven by ``poll`` and ``send``; a connection whose session ran
+out while nobody polled is replaced by a new one before it is used. ``metrics`` counts
+connection attempts, authentications and re-authentications over the client's life.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 from kafka_ds.net.broker_conn import BrokerConnection
 from kafka_ds.net.clock import SYSTEM_CLOCK, Clock
 from kafka_ds.net.future import RequestFuture
+from kafka_ds.net.metrics import ConnectionMetrics
 from kafka_ds.net.security import ConnectionConfig
 from kafka_ds.protocol.errors import (
     AuthenticationError,
@@ -89,6 +96,7 @@ class NetworkClient:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self._bootstrap_ids = {-(index + 1): address
                                for index, address in enumerate(self.bootstrap)}
+        self.metrics = ConnectionMetrics()
         self._nodes: dict[int, tuple[str, int]] = {}
         self._connections: dict[int, BrokerConnection] = {}
         self._backoff = _Backoff(config.reconnect_backoff_ms, config.reconnect_backoff_max_ms)
@@ -123,14 +131,20 @@ class NetworkClient:
         """The open connection to ``node_id``, connecting (blocking) if needed."""
         existing = self._connections.get(node_id)
         if existing is not None and existing.connected:
-            return existing
+            if not (existing.session_expired(self.clock.monotonic_ms())
+                    and existing.in_flight_count == 0):
+                return existing
+            # Idle past its SASL session: the broker would close it on our next request.
+            self.metrics.expired_sessions_closed += 1
+            self._drop(node_id, NetworkError(f"SASL session with broker {node_id} expired"))
         address = self._nodes.get(node_id) or self._bootstrap_ids.get(node_id)
         if address is None:
             raise NetworkError(f"no address known for broker {node_id}; refresh metadata")
         wait_ms = self._backoff.retry_at_ms(node_id) - self.clock.monotonic_ms()
         if wait_ms > 0:
             self.clock.sleep_ms(wait_ms)
-        connection = BrokerConnection(node_id, address[0], address[1], self.config, self.clock)
+        connection = BrokerConnection(node_id, address[0], address[1], self.config, self.clock,
+                                      self.metrics)
         try:
             connection.connect()
         except AuthenticationError:
@@ -256,6 +270,7 @@ class NetworkClient:
         now_ms = self.clock.monotonic_ms()
         for node_id, connection in list(self._connections.items()):
             connection.check_timeouts(now_ms)
+            connection.maybe_reauthenticate(now_ms)
             if connection.connected:
                 self._update_interest(node_id, connection)
             else:
