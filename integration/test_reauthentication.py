@@ -249,3 +249,22 @@ def test_requests_in_flight_or_sent_during_a_reauthentication_are_answered_in_or
                 == before.requests_held_for_reauthentication + 1)
         assert not connection.reauthenticating and connection.connected
         assert connects.count == opened
+
+
+def test_a_connection_left_idle_past_its_session_is_replaced_before_use(
+        kafka: KafkaCluster, topic: str, connects: _ConnectCounter) -> None:
+    # Nobody polls between two Spark micro-batches: the session runs out unrenewed, and the
+    # broker would close the connection at its next request. It must be replaced first.
+    props = kafka_ds_properties(kafka, "SASL_REAUTH", mechanism="SCRAM-SHA-512")
+    with Cluster.connect(ClientConfig.from_properties(props)) as cluster:
+        cluster.refresh([topic])
+        connection = cluster.client.any_connection()
+        assert connection.session_expires_at_ms is not None
+        opened = connects.count
+        while not connection.session_expired(cluster.client.clock.monotonic_ms()):
+            time.sleep(0.2)
+        time.sleep(0.5)  # and the broker's own clock, which started a little later
+        cluster.refresh([topic])  # must not fail with "broker closed the connection"
+        assert cluster.topic(topic).partition_count == 1
+        assert cluster.client.metrics.expired_sessions_closed == 1
+        assert connects.count == opened + 1

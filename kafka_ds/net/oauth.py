@@ -127,8 +127,15 @@ class TokenCallable:
         return target
 
     def token(self) -> str:
-        return checked_token(self.resolve()(), f"sasl.oauthbearer.token.provider "
-                                               f"{self.function!r}")
+        what = f"sasl.oauthbearer.token.provider {self.function!r}"
+        try:
+            token = self.resolve()()
+        except ConfigError:
+            raise
+        except Exception as exc:
+            # An identity service that is briefly unreachable: retriable, like a lost broker.
+            raise NetworkError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+        return checked_token(token, what)
 
 
 @dataclass(frozen=True)

@@ -218,3 +218,11 @@ def test_the_unsecured_token_is_minted_afresh_with_the_configured_lifetime(
     second = _claims(sasl.current_token())
     assert first == {"iat": 1_700_000_000, "exp": 1_700_000_120, "sub": "dev"}
     assert second["exp"] == 1_700_003_720 and second["sub"] == "dev"
+
+
+def test_a_failing_token_provider_is_a_retriable_error_naming_it() -> None:
+    def unreachable() -> str:
+        raise TimeoutError("identity service did not answer")
+
+    with pytest.raises(NetworkError, match=r"token\.provider.*TimeoutError"):
+        TokenCallable(unreachable).token()
