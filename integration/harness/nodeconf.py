@@ -7,6 +7,7 @@ one place and can be read (and reviewed) on their own; ``cluster.py`` writes the
 from __future__ import annotations
 
 import base64
+import random
 import socket
 import uuid
 from collections.abc import Mapping, Sequence
@@ -47,18 +48,54 @@ rootLogger.appenderRef.err.ref = STDERR
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports on 127.0.0.1."""
-    # Hold every socket until all are chosen so the kernel cannot hand out one port twice.
-    socks = []
+    """``count`` distinct free TCP ports on 127.0.0.1, outside the kernel's ephemeral range.
+
+    A port is chosen here, released, and bound by the broker seconds later. Ports the kernel
+    hands out for outgoing connections and ``bind(0)`` (every client, proxy and JVM on this
+    shared machine) come from the ephemeral range, so one chosen there can be taken in the
+    meantime and the broker dies with "Address already in use". Outside it, only another
+    harness choosing at random could collide.
+    """
+    low, high = _UNASSIGNED_PORTS
+    rng = random.SystemRandom()
+    # Hold every socket until all are chosen so that one port is never handed out twice.
+    socks: list[socket.socket] = []
     try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
+        for _ in range(count * 50 if low <= high else 0):
+            if len(socks) == count:
+                break
+            probe = socket.socket()
+            try:
+                probe.bind(("127.0.0.1", rng.randint(low, high)))
+            except OSError:  # in use, or lingering in TIME_WAIT
+                probe.close()
+                continue
+            socks.append(probe)
+        while len(socks) < count:  # a crowded range: fall back to the kernel's choice
+            probe = socket.socket()
+            probe.bind(("127.0.0.1", 0))
+            socks.append(probe)
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
             s.close()
+
+
+def _ports_outside_ephemeral() -> tuple[int, int]:
+    """A port range the kernel does not hand out by itself (empty if it hands out all)."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        ephemeral_low, ephemeral_high = int(text[0]), int(text[1])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low, ephemeral_high = 32_768, 60_999  # Linux's defaults
+    if ephemeral_low > 12_000:
+        return 10_000, ephemeral_low - 1
+    if ephemeral_high < 63_000:
+        return ephemeral_high + 1, 65_535
+    return 1, 0  # nothing outside it: free_ports falls back to the kernel's choice
+
+
+_UNASSIGNED_PORTS = _ports_outside_ephemeral()
 
 
 def new_cluster_id() -> str:
