@@ -86,9 +86,9 @@ def bytes_per_offset(cluster: Cluster, positions: Mapping[TopicPartition, int],
         version = min(client.connection(leader).version_for(ApiKey.FETCH), TOPIC_ID_VERSION - 1)
         topics: dict[str, FetchTopic] = {}
         for tp, offset in wanted.items():
-            topic = topics.setdefault(tp.topic, FetchTopic(topic=tp.topic))
-            topic.partitions.append(FetchPartition(partition=tp.partition, fetch_offset=offset,
-                                                   partition_max_bytes=sample_bytes))
+            fetch_topic = topics.setdefault(tp.topic, FetchTopic(topic=tp.topic))
+            fetch_topic.partitions.append(FetchPartition(
+                partition=tp.partition, fetch_offset=offset, partition_max_bytes=sample_bytes))
         request = FetchRequest(max_wait_ms=0, min_bytes=0,
                                max_bytes=sample_bytes * max(1, len(wanted)),
                                isolation_level=isolation_level, session_id=INVALID_SESSION_ID,
@@ -101,9 +101,9 @@ def bytes_per_offset(cluster: Cluster, positions: Mapping[TopicPartition, int],
         if not future.done() or future.failed():
             continue
         response: FetchResponse = future.result()
-        for topic in response.responses:
-            for data in topic.partitions:
-                tp = TopicPartition(topic.topic, data.partition_index)
+        for answer in response.responses:
+            for data in answer.partitions:
+                tp = TopicPartition(answer.topic, data.partition_index)
                 if data.error_code or tp not in wanted or data.records is None:
                     continue
                 size, offsets = _span(data.records, wanted[tp])

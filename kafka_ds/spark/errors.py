@@ -74,7 +74,8 @@ def report_data_loss(fail_on_data_loss: bool, error: KafkaDataLossError) -> None
 
 def partitions_deleted(partitions: Iterable[TopicPartition],
                        custom_group_id: bool) -> KafkaDataLossError:
-    text = f"Partitions {describe(partitions)} have been deleted (the topic or partitions are gone)."
+    text = (f"Partitions {describe(partitions)} have been deleted (the topic or partitions "
+            "are gone).")
     if custom_group_id:
         return KafkaDataLossError(
             "KAFKA_DATA_LOSS.PARTITIONS_DELETED_AND_GROUP_ID_CONFIG_PRESENT",

@@ -175,8 +175,8 @@ class FetcherPool:
         self._evictor.start()
 
     def _evict_loop(self) -> None:
-        interval_s = max(0.05, min(60.0, self.idle_timeout_ms / 1000 / 4))
-        while not self._wake.wait(interval_s):
+        # A quarter of the timeout (read each round: a later query may change it).
+        while not self._wake.wait(max(0.05, min(60.0, self.idle_timeout_ms / 4000))):
             self.evict_idle()
             with self._lock:
                 if self._closed or not self._idle:

@@ -11,13 +11,15 @@ metrics from those, with the same definitions::
     for q in ...: metrics = offsets_behind_latest(q.lastProgress["sources"][0])
 
 Per partition, behind = latest - consumed (a partition missing from the end offsets counts as
-consumed up to 0); the values are strings, as in Spark's map.
+consumed up to 0); the values are strings as the progress shows them: Spark's progress JSON
+rounds ``avgOffsetsBehindLatest`` to one decimal, half up (so 65.75 shows as "65.8").
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from kafka_ds.spark.offsets_json import offsets_from_json
@@ -45,5 +47,6 @@ def offsets_behind_latest(source_progress: Any) -> dict[str, str]:
     return {
         "minOffsetsBehindLatest": str(min(behind)),
         "maxOffsetsBehindLatest": str(max(behind)),
-        "avgOffsetsBehindLatest": str(sum(behind) / len(behind)),
+        "avgOffsetsBehindLatest": str(Decimal(repr(sum(behind) / len(behind))).quantize(
+            Decimal("0.1"), rounding=ROUND_HALF_UP)),
     }

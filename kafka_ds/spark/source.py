@@ -157,6 +157,13 @@ def read_partition(properties: Mapping[str, str], include_headers: bool, pool_ca
     pool = worker_pool(pool_capacity, pool_idle_timeout_ms)
     config = FetchConfig.from_properties(properties)
     with pool.lease(properties) as cluster:
+        # A pooled connection's metadata may predate partitions or topics planned since (the
+        # driver saw them): refresh rather than fail on "no partition 2".
+        for r in partition.ranges:
+            known = cluster.topics.get(r.topic)
+            if known is None or r.partition not in known.partitions:
+                cluster.invalidate()
+                break
         fetcher = Fetcher(cluster, config)
         try:
             yield from fetcher.read_arrow(partition.ranges, include_headers=include_headers)
@@ -234,11 +241,12 @@ class KafkaBatchReader(_ReaderBase, DataSourceReader):
             ranges = []
             for tp in topic_partitions:
                 if end[tp] < start[tp]:
+                    start_option = options.starting.option or "startingOffsets"
+                    end_option = options.ending.option or "endingOffsets"
                     raise KafkaOptionError(
                         f"[RESOLVED_START_OFFSET_GREATER_THAN_END_OFFSET] the start offset "
-                        f"{start[tp]} resolved from '{options.starting.option or 'startingOffsets'}'"
-                        f" is greater than the end offset {end[tp]} resolved from "
-                        f"'{options.ending.option or 'endingOffsets'}' for topic {tp.topic} "
+                        f"{start[tp]} resolved from '{start_option}' is greater than the end "
+                        f"offset {end[tp]} resolved from '{end_option}' for topic {tp.topic} "
                         f"partition {tp.partition}: check the start is not beyond the end or the "
                         "latest available offset")
                 ranges.append(OffsetRange(tp.topic, tp.partition, start[tp], end[tp]))
@@ -262,16 +270,18 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
         self._topics_checked = False
         self._last_trigger_ms = 0
         self._byte_estimates: dict[TopicPartition, tuple[float, float]] = {}
+        self._committed_to_group: OffsetMap = {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._initial, self._latest, self._prefetched = None, {}, None
         self._available_now, self._topics_checked, self._last_trigger_ms = False, False, 0
         self._byte_estimates = {}
+        self._committed_to_group = {}
 
     # --- offsets -----------------------------------------------------------------------------
 
-    def initialOffset(self) -> dict:  # noqa: N802 (Spark's name)
+    def initialOffset(self) -> dict:
         if self._initial is None:
             reader = self.offset_reader
             reader.check_topics_exist()
@@ -282,7 +292,7 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
                      format_offsets(self._initial))
         return format_offsets(self._initial)
 
-    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+    def getDefaultReadLimit(self) -> ReadLimit:
         options = self.options
         if options.max_offsets_per_trigger is not None:
             return ReadMaxRows(options.max_offsets_per_trigger)
@@ -292,10 +302,10 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
             return ReadMinRows(options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
-    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+    def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = True
 
-    def reportLatestOffset(self) -> dict | None:  # noqa: N802
+    def reportLatestOffset(self) -> dict | None:
         return format_offsets(self._latest) if self._latest else None
 
     def _resolve_start(self, start: Mapping[TopicPartition, int],
@@ -315,11 +325,12 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
                 resolved[tp] = offset
         return resolved
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         reader = self.offset_reader
         options = self.options
         start_map = offsets_from_json(start)
         has_sentinels = any(offset < 0 for offset in start_map.values())
+        self._commit_to_group(start_map)
         if not self._topics_checked:
             reader.check_topics_exist(known=start_map)
             self._topics_checked = True
@@ -438,16 +449,27 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
         return self._plan(ranges)
 
     def commit(self, end: dict) -> None:
+        self._commit_to_group(offsets_from_json(end))
+
+    def _commit_to_group(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """``commitOffsetsToGroup``: publish offsets Spark has finished with to the group.
+
+        Called with ``commit``'s end and with ``latestOffset``'s start: the engine asks for
+        the next batch only after the previous one is in its commit log, so a start is always
+        finished work, and it comes one trigger before ``commit`` (which Spark calls when the
+        following batch starts, and never for the last batch of Trigger.AvailableNow).
+        """
         group = self.options.commit_group
-        if not group:
+        concrete = {tp: o for tp, o in offsets.items() if o >= 0}
+        if not group or not concrete or concrete == self._committed_to_group:
             return
         from kafka_ds.client.group_offsets import commit_offsets
         from kafka_ds.protocol.errors import KafkaDsError
 
-        offsets = {tp: o for tp, o in offsets_from_json(end).items() if o >= 0}
         try:
-            commit_offsets(self.offset_reader.cluster, group, offsets,
+            commit_offsets(self.offset_reader.cluster, group, concrete,
                            metadata="kafka_ds spark source")
+            self._committed_to_group = concrete
         except KafkaDsError as exc:
             # Lag reporting only: the checkpoint is the truth, so the query goes on.
             log.warning("could not commit offsets to consumer group %r (commitOffsetsToGroup): "
