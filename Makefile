@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv jars test test-fast test-compat example bench fuzz lint clean
+.PHONY: venv jars test test-fast test-compat example bench bench-spark-source fuzz lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ example: jars
 
 bench: jars
 	$(PY) integration/benchmarks/run_all.py
+
+# format("pykafka") beside Spark's JVM connector: batch and streaming throughput, per-batch overhead.
+bench-spark-source: jars
+	$(PY) integration/benchmarks/bench_spark_source.py
 
 # The long fuzz run (a million cases per fuzz test).
 fuzz: $(STAMP)

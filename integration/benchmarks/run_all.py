@@ -1,4 +1,4 @@
-"""Run every benchmark in turn (``make bench``): records codec, producer, fetcher.
+"""Run every benchmark in turn (``make bench``): records codec, producer, fetcher, Spark source.
 
 Each script starts its own single-node broker where it needs one and prints its own table
 (medians and ratios against the other clients measured in the same run). Extra arguments are
@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ["integration.benchmarks.bench_records", "integration.benchmarks.bench_producer",
-           "integration.benchmarks.bench_fetcher"]
+           "integration.benchmarks.bench_fetcher", "integration.benchmarks.bench_spark_source"]
 
 
 def main() -> int:
