@@ -10,6 +10,7 @@ levels.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +27,8 @@ from integration.spark_source_util import (
     reader_options,
     run_available_now,
 )
+from kafka_ds.client.admin import Admin
+from kafka_ds.protocol.types import TopicPartition
 from kafka_ds.spark import PyKafkaDataSource
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -154,3 +157,57 @@ def test_transactions_equal_jvm(spark: Any, kafka: KafkaCluster,
     assert_same(ours_stream, jvm_stream)
     assert_same(ours_stream, ours)
     assert len([p for p in progress if p["numInputRows"]]) >= 2
+
+
+# --- timestamps and data loss --------------------------------------------------------------------
+
+def test_timestamp_options_equal_jvm(spark: Any, kafka: KafkaCluster,
+                                     codec_topics: dict[str, str]) -> None:
+    topic = codec_topics["zstd"]
+    # Timestamps of the records at offsets 50 and 150 of partition 0 (mixed_records spaces
+    # record timestamps 3 ms apart, increasing with the offset in every partition).
+    stamps = {row.offset: row.timestamp for row in read_batch(
+        spark, "kafka", reader_options(kafka, assign=f'{{"{topic}": [0]}}'))
+        .where("offset in (50, 150)").select("offset", "timestamp").collect()}
+    start_ms, end_ms = (int(stamps[o].timestamp() * 1000) for o in (50, 150))
+    cases = [
+        {"startingTimestamp": start_ms, "endingTimestamp": end_ms},
+        {"startingOffsetsByTimestamp": json.dumps({topic: {"0": start_ms, "1": 0, "2": end_ms}}),
+         "endingOffsetsByTimestamp": json.dumps({topic: {"0": end_ms, "1": end_ms,
+                                                         "2": end_ms + 10**9}})},
+    ]
+    for extra in cases:
+        options = reader_options(kafka, subscribe=topic, **extra)
+        ours = read_batch(spark, "pykafka", options)
+        assert_same(ours, read_batch(spark, "kafka", options))
+        assert 0 < ours.count() < 600
+    stream_options = reader_options(kafka, subscribe=topic, startingTimestamp=start_ms)
+    ours, _ = run_available_now(spark, "pykafka", stream_options)
+    jvm, _ = run_available_now(spark, "kafka", stream_options)
+    assert_same(ours, jvm)
+    assert 0 < ours.count() < 600
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [False, True])
+def test_records_deleted_before_they_are_read(spark: Any, kafka: KafkaCluster,
+                                              topic_factory: Any,
+                                              fail_on_data_loss: bool) -> None:
+    topic = topic_factory(partitions=1)
+    produce(kafka, topic, [{"value": b"r%d" % i} for i in range(100)])
+    with Admin.from_properties({"bootstrap.servers": kafka.bootstrap()}) as admin:
+        assert admin.delete_records({TopicPartition(topic, 0): 40}) == {
+            TopicPartition(topic, 0): 40}
+    options = reader_options(kafka, subscribe=topic,
+                             startingOffsets=json.dumps({topic: {"0": 10}}),
+                             failOnDataLoss=str(fail_on_data_loss).lower())
+    if not fail_on_data_loss:
+        ours = read_batch(spark, "pykafka", options)
+        assert_same(ours, read_batch(spark, "kafka", options))
+        assert [row.offset for row in ours.select("offset").collect()] == list(range(40, 100))
+        return
+    for fmt in ("kafka", "pykafka"):
+        with pytest.raises(Exception) as info:
+            read_batch(spark, fmt, options).collect()
+        if fmt == "pykafka":
+            assert "KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE" in str(info.value)
+            assert f"{topic}-0" in str(info.value) and "failOnDataLoss" in str(info.value)
