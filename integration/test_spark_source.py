@@ -211,3 +211,12 @@ def test_records_deleted_before_they_are_read(spark: Any, kafka: KafkaCluster,
         if fmt == "pykafka":
             assert "KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE" in str(info.value)
             assert f"{topic}-0" in str(info.value) and "failOnDataLoss" in str(info.value)
+
+
+def test_nothing_to_read(spark: Any, kafka: KafkaCluster, topic: str) -> None:
+    # an empty topic, and a pattern that matches no topic: empty results, no error
+    for options in (reader_options(kafka, subscribe=topic),
+                    reader_options(kafka, subscribePattern=f"^{uuid.uuid4().hex}$")):
+        ours = read_batch(spark, "pykafka", options)
+        assert_same(ours, read_batch(spark, "kafka", options))
+        assert ours.count() == 0

@@ -140,6 +140,13 @@ class OffsetReader:
         before (a topic in ``known`` that is gone now was deleted: data loss, not a typo)."""
         known_topics = {tp.topic for tp in known}
         missing = [name for name in self.missing_topics() if name not in known_topics]
+        for _ in range(1, self.options.fetch_offset_num_retries):
+            if not missing:
+                break
+            # Ask again before failing: a topic created a moment ago can still answer
+            # LEADER_NOT_AVAILABLE, which metadata does not tell apart from "no such topic".
+            time.sleep(self.options.fetch_offset_retry_interval_ms / 1000)
+            missing = [name for name in self.missing_topics() if name not in known_topics]
         if missing:
             option = "subscribe" if self.options.strategy == SUBSCRIBE else "assign"
             raise TopicNotFoundError(missing, option)

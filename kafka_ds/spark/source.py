@@ -217,7 +217,10 @@ class _ReaderBase:
         return [KafkaInputPartition(task) for task in group_ranges(pieces, leaders, merge_below)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, KafkaInputPartition)
+        if not isinstance(partition, KafkaInputPartition):
+            # A batch plan with no range at all: Spark still runs one task, with a bare
+            # InputPartition(None), and expects no rows from it.
+            return iter(())
         options = self.options
         return read_partition(self._fetch_properties, options.include_headers,
                               options.pool_capacity, options.pool_idle_timeout_ms, partition)
