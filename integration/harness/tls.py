@@ -10,6 +10,10 @@ ever lives in the repository:
 * a client certificate + key signed by the CA (``client.pem`` / ``client.key``, PEM) for
   mutual TLS, also as ``client-combined.pem`` (certificate + key in one file, the shape of
   Java's ``ssl.keystore.type=PEM``) and ``client.p12`` for JVM clients (Spark's connector);
+* the same client key and certificate in stores written by the JDK's ``keytool``, as Java
+  users have them: ``client.jks`` (JKS, the key under its own password ``KEY_PASSWORD``) and
+  ``client-keytool.p12`` (PKCS12, one password), and the CA as truststores ``truststore.p12``
+  and ``truststore.jks``;
 * a second, unrelated CA (``untrusted-ca.pem``) to prove a wrong trust anchor fails.
 
 EC P-256 keys: generated in milliseconds (RSA takes visibly longer on 2 cores) and
@@ -24,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STORE_PASSWORD = "kafka-ds-test"  # PKCS12 store password (JVM stores need one)
+# The client key's own password inside client.jks (JKS keeps key and store passwords apart;
+# keytool's PKCS12 stores use the store password for both).
+KEY_PASSWORD = "kafka-ds-key"
 CLIENT_CN = "kafka-ds-client"  # principal of the MTLS client: User:CN=kafka-ds-client
 _DAYS = "30"
 
@@ -41,7 +48,11 @@ class TlsMaterial:
     client_combined_pem: Path
     client_keystore_p12: Path
     untrusted_ca_pem: Path
+    client_keystore_jks: Path
+    client_keystore_keytool_p12: Path
+    truststore_jks: Path
     password: str = STORE_PASSWORD
+    key_password: str = KEY_PASSWORD
 
 
 class TlsError(RuntimeError):
@@ -49,10 +60,21 @@ class TlsError(RuntimeError):
 
 
 def _run(*cmd: str, cwd: Path) -> None:
-    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, check=False)
-    if proc.returncode != 0:
-        raise TlsError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stdout}")
+    _run_all([list(cmd)], cwd)
+
+
+def _run_all(commands: list[list[str]], cwd: Path) -> None:
+    """Run ``commands`` side by side (each keytool is a JVM start); raise if any fails."""
+    running = [(cmd, subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+               for cmd in commands]
+    failures = []
+    for cmd, proc in running:
+        out, _ = proc.communicate()
+        if proc.returncode != 0:
+            failures.append(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{out}")
+    if failures:
+        raise TlsError("\n".join(failures))
 
 
 def _new_key(name: str, cwd: Path) -> None:
@@ -101,10 +123,21 @@ def generate(directory: Path) -> TlsMaterial:
                  "extendedKeyUsage=clientAuth\n", directory)
     _pkcs12("broker", directory)
     _pkcs12("client", directory)
-    # A truststore needs a "trusted certificate" entry, which only keytool writes.
-    _run("keytool", "-importcert", "-noprompt", "-alias", "ca", "-file", "ca.pem",
-         "-keystore", "truststore.p12", "-storetype", "PKCS12",
-         "-storepass", STORE_PASSWORD, cwd=directory)
+    # A truststore needs a "trusted certificate" entry, which only keytool writes; the
+    # client's JKS and keytool-PKCS12 keystores are what a Java user's keytool makes.
+    quick = ["-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC"]
+    from_p12 = ["keytool", *quick, "-importkeystore", "-noprompt", "-srckeystore",
+                "client.p12", "-srcstoretype", "PKCS12", "-srcstorepass", STORE_PASSWORD,
+                "-srcalias", "client", "-destalias", "client", "-deststorepass", STORE_PASSWORD]
+    _run_all([
+        ["keytool", *quick, "-importcert", "-noprompt", "-alias", "ca", "-file", "ca.pem",
+         "-keystore", "truststore.p12", "-storetype", "PKCS12", "-storepass", STORE_PASSWORD],
+        ["keytool", *quick, "-importcert", "-noprompt", "-alias", "ca", "-file", "ca.pem",
+         "-keystore", "truststore.jks", "-storetype", "JKS", "-storepass", STORE_PASSWORD],
+        [*from_p12, "-destkeystore", "client.jks", "-deststoretype", "JKS",
+         "-destkeypass", KEY_PASSWORD],
+        [*from_p12, "-destkeystore", "client-keytool.p12", "-deststoretype", "PKCS12"],
+    ], directory)
     (directory / "client-combined.pem").write_text(
         (directory / "client.pem").read_text() + (directory / "client.key").read_text())
     _new_ca("untrusted-ca", "kafka-ds-untrusted-ca", directory)
@@ -118,4 +151,7 @@ def generate(directory: Path) -> TlsMaterial:
         client_combined_pem=directory / "client-combined.pem",
         client_keystore_p12=directory / "client.p12",
         untrusted_ca_pem=directory / "untrusted-ca.pem",
+        client_keystore_jks=directory / "client.jks",
+        client_keystore_keytool_p12=directory / "client-keytool.p12",
+        truststore_jks=directory / "truststore.jks",
     )

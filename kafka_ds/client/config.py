@@ -9,8 +9,9 @@ know are returned by ``unused_properties`` so that the caller can warn or fail.
 
 Deliberate differences, each with an error that says what to do instead:
 
-- TLS material must be PEM (``ssl.truststore.type=PEM``, ``ssl.keystore.type=PEM``): Python's
-  ``ssl`` cannot read JKS or PKCS12 stores. The Java client accepts PEM too.
+- TLS stores are PKCS12, JKS (with the ``jks`` extra) or PEM, as files or PEM text in the
+  options (``net.keystores``); they are read when the config is built, so that a wrong path,
+  type or password fails at once, naming the option.
 - ``sasl.jaas.config`` is parsed for the PLAIN, SCRAM and OAUTHBEARER login modules'
   options; other login modules (Kerberos/GSSAPI) are not supported.
 - OAUTHBEARER tokens come from a source asked at every (re-)authentication (``net.oauth``): a
@@ -204,25 +205,9 @@ def _sasl_config(properties: Mapping[str, str], protocol: SecurityProtocol) -> S
     return sasl
 
 
-def _pem_setting(properties: Mapping[str, str], store: str) -> None:
-    store_type = properties.get(f"ssl.{store}.type")
-    location = properties.get(f"ssl.{store}.location")
-    if location and store_type is not None and store_type.upper() != "PEM":
-        raise ConfigError(
-            f"ssl.{store}.type={store_type} is not supported: kafka_ds reads PEM files only. "
-            f"Convert the {store} to PEM (e.g. `openssl pkcs12 -in store.p12 -out store.pem`) "
-            f"and set ssl.{store}.type=PEM")
-
-
 def _tls_config(properties: Mapping[str, str], protocol: SecurityProtocol) -> TlsConfig | None:
     if not protocol.uses_tls:
         return None
-    _pem_setting(properties, "truststore")
-    _pem_setting(properties, "keystore")
-    if properties.get("ssl.keystore.key") or properties.get("ssl.keystore.certificate.chain"):
-        raise ConfigError("inline ssl.keystore.key / ssl.keystore.certificate.chain are not "
-                          "supported; put the key and certificate in a PEM file and set "
-                          "ssl.keystore.location (and ssl.key.password if the key is encrypted)")
     algorithm = properties.get("ssl.endpoint.identification.algorithm", "https").strip()
     # As in Java: only an empty value turns hostname verification off. "none" (librdkafka's
     # spelling), "http" or a typo must not silently do the same.
@@ -231,14 +216,23 @@ def _tls_config(properties: Mapping[str, str], protocol: SecurityProtocol) -> Tl
             f"ssl.endpoint.identification.algorithm={algorithm!r} is not supported: use "
             "'https' (the default: the broker certificate must name the host dialled) or an "
             "empty string to turn hostname verification off")
-    return TlsConfig(
-        ca_file=properties.get("ssl.truststore.location"),
-        ca_pem=properties.get("ssl.truststore.certificates"),
-        cert_file=properties.get("ssl.keystore.location"),
-        key_file=properties.get("ssl.keystore.location"),
+    tls = TlsConfig(
+        truststore_location=properties.get("ssl.truststore.location") or None,
+        truststore_type=properties.get("ssl.truststore.type") or None,
+        truststore_password=properties.get("ssl.truststore.password"),
+        truststore_certificates=properties.get("ssl.truststore.certificates") or None,
+        keystore_location=properties.get("ssl.keystore.location") or None,
+        keystore_type=properties.get("ssl.keystore.type") or None,
+        keystore_password=properties.get("ssl.keystore.password"),
+        keystore_certificate_chain=properties.get("ssl.keystore.certificate.chain") or None,
+        keystore_key=properties.get("ssl.keystore.key") or None,
         key_password=properties.get("ssl.key.password"),
         check_hostname=bool(algorithm),
     )
+    # Read the stores now: a wrong path, type or password fails at query start on the driver,
+    # naming the option, rather than in every task's first connection.
+    tls.build_context()
+    return tls
 
 
 def _warn_unused_security(properties: Mapping[str, str], protocol: SecurityProtocol) -> None:

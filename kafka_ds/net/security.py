@@ -4,8 +4,8 @@ Layer: net (stdlib ``ssl``; SASL message logic lives in ``protocol.sasl``).
 
 The option names follow the Java client's (``security.protocol``, ``sasl.mechanism``,
 ``ssl.truststore.location`` ...) so that ``client.config`` can map a Spark user's ``kafka.*``
-options one to one. Certificates are PEM: Python's ``ssl`` cannot read JKS stores, and Kafka's
-Java client accepts PEM too (``ssl.truststore.type=PEM``), so a PEM setup works for both.
+options one to one. Stores are PKCS12, JKS or PEM, files or PEM text, as in the Java client
+(``net.keystores`` reads them).
 
 Passwords and tokens are kept out of ``repr`` so that a config printed in a log, an exception
 or a Spark plan never shows them.
@@ -13,10 +13,13 @@ or a Spark plan never shows them.
 
 from __future__ import annotations
 
+import os
 import ssl
+import threading
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from kafka_ds.net import keystores
 from kafka_ds.net.oauth import StaticToken, TokenSource
 from kafka_ds.protocol.errors import ConfigError
 from kafka_ds.protocol.sasl import OAuthBearer, Plain, SaslMechanism, Scram
@@ -39,46 +42,122 @@ class SecurityProtocol(StrEnum):
 
 @dataclass(frozen=True)
 class TlsConfig:
-    """How to verify the broker and, for mutual TLS, who we are.
+    """How to verify the broker and, for mutual TLS, who we are: the Java client's options.
 
-    ``ca_file``/``ca_pem``: trusted CA certificates (PEM); neither means the system store.
-    ``cert_file`` + ``key_file`` (or a ``cert_file`` holding both): our client certificate.
+    Trust: a store (``truststore_location``, PKCS12, JKS or PEM, with ``truststore_type`` and
+    ``truststore_password``) or PEM text (``truststore_certificates``); neither means the
+    system's CAs. Identity (mutual TLS): a store (``keystore_*`` and ``key_password``) or PEM
+    text (``keystore_certificate_chain`` + ``keystore_key``). ``net.keystores`` reads them.
     ``check_hostname``: verify that the broker certificate names the host we dialled. On by
     default, as in the Java client (``ssl.endpoint.identification.algorithm=https``); turning it
     off is an explicit choice (empty endpoint identification algorithm).
     """
 
-    ca_file: str | None = None
-    ca_pem: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
+    truststore_location: str | None = None
+    truststore_type: str | None = None
+    truststore_password: str | None = field(default=None, repr=False)
+    truststore_certificates: str | None = field(default=None, repr=False)
+    keystore_location: str | None = None
+    keystore_type: str | None = None
+    keystore_password: str | None = field(default=None, repr=False)
+    keystore_certificate_chain: str | None = field(default=None, repr=False)
+    keystore_key: str | None = field(default=None, repr=False)
     key_password: str | None = field(default=None, repr=False)
     check_hostname: bool = True
     verify_certificates: bool = True
 
+    def validate(self) -> None:
+        """The option combinations the Java client refuses, refused with its reasons."""
+        if self.truststore_location and self.truststore_certificates:
+            raise ConfigError("set ssl.truststore.location or ssl.truststore.certificates, "
+                              "not both")
+        if self.truststore_certificates and (self.truststore_type or "PEM").upper() != "PEM":
+            raise ConfigError("ssl.truststore.certificates is PEM text: it needs "
+                              f"ssl.truststore.type=PEM, not {self.truststore_type}")
+        inline_key = (self.keystore_certificate_chain, self.keystore_key)
+        if any(inline_key) and not all(inline_key):
+            raise ConfigError("ssl.keystore.certificate.chain and ssl.keystore.key go together: "
+                              "set both (PEM text) or neither")
+        if all(inline_key) and self.keystore_location:
+            raise ConfigError("set ssl.keystore.location or ssl.keystore.key / "
+                              "ssl.keystore.certificate.chain, not both")
+        if all(inline_key) and (self.keystore_type or "PEM").upper() != "PEM":
+            raise ConfigError("ssl.keystore.key and ssl.keystore.certificate.chain are PEM "
+                              f"text: they need ssl.keystore.type=PEM, not {self.keystore_type}")
+
     def build_context(self) -> ssl.SSLContext:
+        """The client ``SSLContext``; stores are read once per content (cached), so each
+        connection does not decrypt them again, yet a replaced store file is read anew."""
+        key = (self, *(_file_version(path) for path in (self.truststore_location,
+                                                        self.keystore_location)))
+        with _CONTEXTS_LOCK:
+            context = _CONTEXTS.get(key)
+        if context is None:
+            context = self._new_context()
+            with _CONTEXTS_LOCK:
+                _CONTEXTS[key] = context
+                while len(_CONTEXTS) > _MAX_CONTEXTS:
+                    del _CONTEXTS[next(iter(_CONTEXTS))]
+        return context
+
+    def _new_context(self) -> ssl.SSLContext:
+        self.validate()
         # An empty client context, not ssl.create_default_context(): that one loads the ~145
         # system roots first, and a configured CA would only be added to them. Like the Java
         # client, trust exactly the configured CA when there is one (a private-CA cluster must
         # not accept any publicly trusted certificate for its name), the system store if not.
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED + hostname checks
         context.minimum_version = ssl.TLSVersion.TLSv1_2
+        trusted = None
+        if self.truststore_location:
+            trusted = keystores.read_truststore(keystores.StoreSettings(
+                "ssl.truststore", self.truststore_location, self.truststore_type,
+                self.truststore_password))
+        elif self.truststore_certificates:
+            trusted = keystores.pem_trust(self.truststore_certificates,
+                                          "ssl.truststore.certificates")
+        identity = None
+        if self.keystore_location:
+            identity = keystores.read_keystore(keystores.StoreSettings(
+                "ssl.keystore", self.keystore_location, self.keystore_type,
+                self.keystore_password), self.key_password)
+        elif self.keystore_key and self.keystore_certificate_chain:
+            identity = keystores.pem_key(self.keystore_certificate_chain, self.keystore_key,
+                                         self.key_password)
         try:
-            if self.ca_file or self.ca_pem:
-                context.load_verify_locations(cafile=self.ca_file, cadata=self.ca_pem)
+            if trusted is not None:
+                context.load_verify_locations(cadata=trusted)
             elif self.verify_certificates:
                 context.load_default_certs(ssl.Purpose.SERVER_AUTH)
-            if self.cert_file:
-                context.load_cert_chain(self.cert_file, self.key_file, password=self.key_password)
+            if identity is not None:
+                keystores.install_client_key(context, identity)
         except (OSError, ssl.SSLError) as exc:
+            truststore = self.truststore_location or "<inline>"
+            keystore = self.keystore_location or "<inline>"
             raise ConfigError(
-                f"cannot load TLS files (CA {self.ca_file or '<inline>'}, certificate "
-                f"{self.cert_file}, key {self.key_file}): {exc}. Check ssl.truststore.location "
-                "and ssl.keystore.location point to readable PEM files") from exc
+                f"cannot use the TLS material (truststore {truststore}, keystore {keystore}): "
+                f"{exc}. Check ssl.truststore.* and ssl.keystore.*") from exc
         context.check_hostname = self.check_hostname and self.verify_certificates
         if not self.verify_certificates:
             context.verify_mode = ssl.CERT_NONE
         return context
+
+
+def _file_version(path: str | None) -> tuple[int, int] | None:
+    """What tells a changed file apart: (modification time in ns, size)."""
+    if not path:
+        return None
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None  # reading it will say what is wrong
+    return status.st_mtime_ns, status.st_size
+
+
+# Built contexts by (TlsConfig, store file versions); few configs live in one process.
+_CONTEXTS: dict[tuple[object, ...], ssl.SSLContext] = {}
+_CONTEXTS_LOCK = threading.Lock()
+_MAX_CONTEXTS = 16
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ def server(material: tls.TlsMaterial) -> Iterator[_MutualTlsServer]:
 def test_certificate_required_is_an_authentication_error_raised_once(
         server: _MutualTlsServer, material: tls.TlsMaterial) -> None:
     config = ConnectionConfig(security_protocol=SecurityProtocol.SSL,
-                              tls=TlsConfig(ca_file=str(material.ca_pem)),
+                              tls=TlsConfig(truststore_location=str(material.ca_pem)),
                               connect_timeout_ms=10_000, reconnect_backoff_ms=60_000,
                               reconnect_backoff_max_ms=60_000)
     with NetworkClient(f"127.0.0.1:{server.port}", config) as client:
@@ -101,8 +101,8 @@ def test_certificate_required_is_an_authentication_error_raised_once(
 
 def test_a_client_certificate_it_trusts_is_accepted(server: _MutualTlsServer,
                                                      material: tls.TlsMaterial) -> None:
-    context = TlsConfig(ca_file=str(material.ca_pem),
-                        cert_file=str(material.client_combined_pem)).build_context()
+    context = TlsConfig(truststore_location=str(material.ca_pem),
+                        keystore_location=str(material.client_combined_pem)).build_context()
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw, \
             context.wrap_socket(raw, server_hostname="127.0.0.1") as secured:
         assert secured.version() == "TLSv1.3"
