@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from integration.harness.cluster import KafkaCluster
+from integration.harness.tls import TlsMaterial
 
 JAAS = "org.apache.kafka.common.security"
 
@@ -42,3 +43,49 @@ def kafka_ds_properties(cluster: KafkaCluster, listener: str = "PLAINTEXT",
                                 + Path(cfg["ssl_keyfile"]).read_text())
         props.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(combined)})
     return props
+
+
+STORE_KINDS = ("keytool-pkcs12", "keytool-jks", "default-type", "pem-files", "pem-strings")
+
+
+def java_tls_stores(material: TlsMaterial, kind: str) -> dict[str, str]:
+    """The Java client's ``ssl.*`` settings for one kind of store: a truststore holding the
+    harness CA and a keystore holding the MTLS client's key and certificate.
+
+    keytool-pkcs12 / keytool-jks: stores written by the JDK's keytool (the JKS key has its own
+    ``ssl.key.password``); default-type: no ``*.type`` (Java's default, JKS, reads JKS and
+    PKCS12 files); pem-files: ``type=PEM`` files; pem-strings: PEM text in the options, the CA
+    on one line as a properties file often has it.
+    """
+    password = material.password
+    stores = {
+        "keytool-pkcs12": {
+            "ssl.truststore.type": "PKCS12",
+            "ssl.truststore.location": str(material.broker_truststore_p12),
+            "ssl.truststore.password": password,
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(material.client_keystore_keytool_p12),
+            "ssl.keystore.password": password, "ssl.key.password": password},
+        "keytool-jks": {
+            "ssl.truststore.type": "JKS",
+            "ssl.truststore.location": str(material.truststore_jks),
+            "ssl.truststore.password": password,
+            "ssl.keystore.type": "JKS",
+            "ssl.keystore.location": str(material.client_keystore_jks),
+            "ssl.keystore.password": password, "ssl.key.password": material.key_password},
+        "default-type": {
+            "ssl.truststore.location": str(material.truststore_jks),
+            "ssl.keystore.location": str(material.client_keystore_p12),
+            "ssl.keystore.password": password},
+        "pem-files": {
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(material.ca_pem),
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(material.client_combined_pem)},
+        "pem-strings": {
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.certificates": " ".join(Path(material.ca_pem).read_text().split("\n")),
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.certificate.chain": Path(material.client_cert_pem).read_text(),
+            "ssl.keystore.key": Path(material.client_key_pem).read_text()},
+    }
+    return stores[kind]

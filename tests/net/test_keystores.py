@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from integration.harness import tls
+from integration.props import STORE_KINDS, java_tls_stores
 from kafka_ds.client.config import ClientConfig
 from kafka_ds.net import keystores, security
 from kafka_ds.net.security import TlsConfig
@@ -40,41 +41,7 @@ def _java(material: tls.TlsMaterial, **options: str) -> dict[str, str]:
 
 
 def _stores(material: tls.TlsMaterial) -> dict[str, dict[str, str]]:
-    """Java client settings per kind of store, each a truststore and a keystore."""
-    password = material.password
-    pem = lambda path: Path(path).read_text()  # noqa: E731
-    return {
-        "keytool-pkcs12": {
-            "ssl.truststore.type": "PKCS12",
-            "ssl.truststore.location": str(material.broker_truststore_p12),
-            "ssl.truststore.password": password,
-            "ssl.keystore.type": "PKCS12",
-            "ssl.keystore.location": str(material.client_keystore_keytool_p12),
-            "ssl.keystore.password": password, "ssl.key.password": password},
-        "keytool-jks": {
-            "ssl.truststore.type": "JKS",
-            "ssl.truststore.location": str(material.truststore_jks),
-            "ssl.truststore.password": password,
-            "ssl.keystore.type": "JKS",
-            "ssl.keystore.location": str(material.client_keystore_jks),
-            "ssl.keystore.password": password, "ssl.key.password": material.key_password},
-        # No types: Java's default (JKS) reads JKS and PKCS12 files; an openssl PKCS12 too.
-        "default-type": {
-            "ssl.truststore.location": str(material.truststore_jks),
-            "ssl.keystore.location": str(material.client_keystore_p12),
-            "ssl.keystore.password": password},
-        "pem-files": {
-            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(material.ca_pem),
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(material.client_combined_pem)},
-        # PEM text in the options; the CA on one line, as a properties file often has it.
-        "pem-strings": {
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.certificates": " ".join(pem(material.ca_pem).split("\n")),
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.certificate.chain": pem(material.client_cert_pem),
-            "ssl.keystore.key": pem(material.client_key_pem)},
-    }
+    return {kind: java_tls_stores(material, kind) for kind in STORE_KINDS}
 
 
 class _Server:
@@ -113,8 +80,7 @@ def server(material: tls.TlsMaterial) -> Iterator[_Server]:
     running.server.close()
 
 
-@pytest.mark.parametrize("kind", ["keytool-pkcs12", "keytool-jks", "default-type",
-                                  "pem-files", "pem-strings"])
+@pytest.mark.parametrize("kind", STORE_KINDS)
 def test_each_kind_of_store_trusts_the_ca_and_presents_the_client_certificate(
         material: tls.TlsMaterial, server: _Server, kind: str) -> None:
     config = ClientConfig.from_properties(_java(material, **_stores(material)[kind]))
