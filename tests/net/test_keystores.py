@@ -171,7 +171,8 @@ def test_a_jks_store_without_pyjks_names_the_extra(material: tls.TlsMaterial,
     assert "pip install 'kafka-ds[jks]'" in message
     # A PKCS12 store needs no extra, whatever its declared type.
     ClientConfig.from_properties(_java(material, **{
-        "ssl.truststore.type": "JKS", "ssl.truststore.location": str(material.broker_truststore_p12),
+        "ssl.truststore.type": "JKS",
+        "ssl.truststore.location": str(material.broker_truststore_p12),
         "ssl.truststore.password": material.password}))
 
 
