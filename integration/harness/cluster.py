@@ -26,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from . import kdc as kerberos_kdc
 from . import listeners, nodeconf, procs, tls, wire
 from .jars import KafkaJars, fetch_kafka_jars
 
@@ -79,6 +80,8 @@ def java_executable() -> str:
 class KafkaCluster:
     """N combined broker+controller nodes (ids 1..N) on 127.0.0.1; a context manager.
 
+    ``kerberos`` adds an MIT KDC (``kdc.py``) and the SASL_GSSAPI listener; where no KDC can
+    run here, the cluster starts without them and ``kerberos_unavailable`` says why.
     ``features`` are finalized at format time (``{"transaction.version": 1}``);
     ``broker_properties`` are added to / override every node's server.properties;
     ``heap_mb`` defaults to 512 (one node) / 384 (per node of several); ``work_dir`` (default:
@@ -90,7 +93,8 @@ class KafkaCluster:
                  features: dict[str, int] | None = None,
                  broker_properties: dict[str, Any] | None = None,
                  heap_mb: int | None = None, work_dir: Path | None = None,
-                 keep_work_dir: bool = False, startup_timeout_s: float = 120.0) -> None:
+                 keep_work_dir: bool = False, startup_timeout_s: float = 120.0,
+                 kerberos: bool = False) -> None:
         if nodes < 1:
             raise ValueError("nodes must be >= 1")
         self.node_ids = list(range(1, nodes + 1))
@@ -107,6 +111,9 @@ class KafkaCluster:
         self.cluster_id = nodeconf.new_cluster_id()
         self.ports: dict[int, dict[str, int]] = {}
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.kerberos = kerberos
+        self.kdc: kerberos_kdc.Kdc | None = None
+        self.kerberos_unavailable: str | None = None if kerberos else "not requested"
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -130,11 +137,16 @@ class KafkaCluster:
         self.work_dir = self._work_dir_arg or Path(tempfile.mkdtemp(prefix=_WORK_PREFIX))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / _OWNER_FILE).write_text(str(os.getpid()))
-        names = listeners.ALL_LISTENERS
-        free = iter(nodeconf.free_ports(len(names) * len(self.node_ids)))
-        self.ports = {n: {name: next(free) for name in names} for n in self.node_ids}
         try:
             self.tls = tls.generate(self.work_dir / "tls")
+            if self.kerberos:
+                try:
+                    self.kdc = kerberos_kdc.start_kdc(self.work_dir / "kdc")
+                except kerberos_kdc.KdcUnavailable as exc:
+                    self.kerberos_unavailable = str(exc)
+            names = listeners.all_listeners(self.kdc is not None)
+            free = iter(nodeconf.free_ports(len(names) * len(self.node_ids)))
+            self.ports = {n: {name: next(free) for name in names} for n in self.node_ids}
             (self.work_dir / "log4j2.properties").write_text(nodeconf.BROKER_LOG4J2)
             (self.work_dir / "tool-log4j2.properties").write_text(nodeconf.TOOL_LOG4J2)
             for node_id in self.node_ids:
@@ -146,12 +158,16 @@ class KafkaCluster:
             self.wait_ready(self.startup_timeout_s)
         except Exception:
             self._kill_all()
+            if self.kdc is not None:
+                self.kdc.stop()
             # Keep the work dir (logs) for inspection; without an owner file the next
             # harness start will not sweep it away.
             (self.work_dir / _OWNER_FILE).unlink(missing_ok=True)
             raise
         except BaseException:  # Ctrl-C / SIGTERM while starting: nothing to inspect
             self._kill_all()
+            if self.kdc is not None:
+                self.kdc.stop()
             shutil.rmtree(self.work_dir, ignore_errors=True)
             raise
         return self
@@ -160,6 +176,8 @@ class KafkaCluster:
         """Graceful stop (SIGTERM to all nodes at once; SIGKILL after ``timeout_s``)."""
         procs.terminate(list(self._procs.values()), timeout_s)
         self._procs.clear()
+        if self.kdc is not None:
+            self.kdc.stop()
         if self.work_dir is None:
             return
         if self.keep_work_dir:
@@ -223,7 +241,8 @@ class KafkaCluster:
     def client_config(self, listener: str = "PLAINTEXT", **kwargs: Any) -> dict[str, Any]:
         """Neutral connection facts for ``listener`` (see ``listeners.client_config``)."""
         assert self.tls is not None, "start() first"
-        return listeners.client_config(listener, self.bootstrap(listener), self.tls, **kwargs)
+        return listeners.client_config(listener, self.bootstrap(listener), self.tls,
+                                       kdc=self.kdc, **kwargs)
 
     def librdkafka_config(self, listener: str = "PLAINTEXT", **kwargs: Any) -> dict[str, Any]:
         return listeners.to_librdkafka(self.client_config(listener, **kwargs))
@@ -331,7 +350,7 @@ class KafkaCluster:
     def _write_properties(self, node_id: int) -> None:
         assert self.tls is not None
         text = nodeconf.server_properties(node_id, self.ports, self._node_dir(node_id) / "data",
-                                          self.tls, self.extra_properties)
+                                          self.tls, self.extra_properties, self.kdc)
         (self._node_dir(node_id) / "server.properties").write_text(text)
 
     def _format_all(self) -> None:
@@ -359,6 +378,7 @@ class KafkaCluster:
                "-Djava.awt.headless=true",
                f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
                f"-Dkafka.logs.dir={node_dir}",
+               *([f"-Djava.security.krb5.conf={self.kdc.krb5_conf}"] if self.kdc else []),
                "-cp", self.jars.server_classpath, "kafka.Kafka",
                str(node_dir / "server.properties")]
         self._procs[node_id] = procs.spawn(cmd, node_dir / "server.log", cwd=node_dir)
@@ -371,7 +391,7 @@ class KafkaCluster:
             return f"node {node_id}: metadata request failed: {exc!r}"
         if not expected <= live:
             return f"node {node_id} sees live brokers {sorted(live)}, want {sorted(expected)}"
-        for name in listeners.CLIENT_LISTENERS:
+        for name in listeners.client_listeners(self.kdc is not None):
             if not _port_open(self.port(node_id, name)):
                 return f"node {node_id}: {name} port {self.port(node_id, name)} not accepting"
         return None

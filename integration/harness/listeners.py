@@ -14,6 +14,9 @@ every security path (listener name -> security protocol):
                                  re-authenticate (KIP-368) or be disconnected
     SSL         SSL              server-auth TLS (ssl.client.auth=none)
     MTLS        SSL              mutual TLS (ssl.client.auth=required)
+    SASL_GSSAPI SASL_PLAINTEXT   Kerberos (GSSAPI) against the cluster's own MIT KDC
+                                 (``kdc.py``), broker principal kafka/127.0.0.1; only on
+                                 clusters started with ``kerberos=True`` where a KDC can run
     CONTROLLER  PLAINTEXT        KRaft quorum only; not for clients
 
 ``client_config`` returns neutral facts (one dict, keys below); ``to_librdkafka``,
@@ -27,16 +30,27 @@ import json
 import time
 from typing import Any
 
+from . import kdc as kerberos
 from .tls import TlsMaterial
 
 CLIENT_LISTENERS = ("PLAINTEXT", "SASL_PLAIN", "SASL_SCRAM", "SASL_OAUTH", "SASL_REAUTH", "SSL",
                     "MTLS")
 ALL_LISTENERS = (*CLIENT_LISTENERS, "CONTROLLER")
+GSSAPI_LISTENER = "SASL_GSSAPI"
 SECURITY_PROTOCOL = {
     "PLAINTEXT": "PLAINTEXT", "SASL_PLAIN": "SASL_PLAINTEXT", "SASL_SCRAM": "SASL_PLAINTEXT",
     "SASL_OAUTH": "SASL_PLAINTEXT", "SASL_REAUTH": "SASL_PLAINTEXT", "SSL": "SSL",
-    "MTLS": "SSL", "CONTROLLER": "PLAINTEXT",
+    "MTLS": "SSL", "CONTROLLER": "PLAINTEXT", GSSAPI_LISTENER: "SASL_PLAINTEXT",
 }
+
+
+def client_listeners(with_kerberos: bool) -> tuple[str, ...]:
+    """The client listeners of a cluster (SASL_GSSAPI only where it has a KDC)."""
+    return (*CLIENT_LISTENERS, GSSAPI_LISTENER) if with_kerberos else CLIENT_LISTENERS
+
+
+def all_listeners(with_kerberos: bool) -> tuple[str, ...]:
+    return (*client_listeners(with_kerberos), "CONTROLLER")
 # Session lifetime on SASL_REAUTH: short enough that a one-minute test sees several
 # re-authentications per connection.
 REAUTH_MS = 10_000
@@ -48,14 +62,16 @@ OAUTH_PRINCIPAL = "oauth-user"
 _JAAS = "org.apache.kafka.common.security"
 
 
-def broker_listener_properties(ports: dict[str, int], tls: TlsMaterial) -> dict[str, str]:
+def broker_listener_properties(ports: dict[str, int], tls: TlsMaterial,
+                               kdc: kerberos.Kdc | None = None) -> dict[str, str]:
     """server.properties entries for the listeners of one node (ports by listener name)."""
+    names = all_listeners(kdc is not None)
     props = {
-        "listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in ALL_LISTENERS),
+        "listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in names),
         "advertised.listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}"
-                                         for n in CLIENT_LISTENERS),
+                                         for n in client_listeners(kdc is not None)),
         "listener.security.protocol.map": ",".join(f"{n}:{SECURITY_PROTOCOL[n]}"
-                                                   for n in ALL_LISTENERS),
+                                                   for n in names),
         "inter.broker.listener.name": "PLAINTEXT",
         "controller.listener.names": "CONTROLLER",
         # SASL/PLAIN: users are declared in the broker's JAAS entry.
@@ -99,6 +115,15 @@ def broker_listener_properties(ports: dict[str, int], tls: TlsMaterial) -> dict[
         "listener.name.ssl.ssl.client.auth": "none",
         "listener.name.mtls.ssl.client.auth": "required",
     }
+    if kdc is not None:
+        # The broker logs in from its keytab at start-up (the JVM finds the KDC through
+        # -Djava.security.krb5.conf, set by the cluster).
+        props.update({
+            "sasl.kerberos.service.name": kerberos.SERVICE_NAME,
+            "listener.name.sasl_gssapi.sasl.enabled.mechanisms": "GSSAPI",
+            "listener.name.sasl_gssapi.gssapi.sasl.jaas.config":
+                kerberos.jaas(kerberos.BROKER_PRINCIPAL, kdc.broker_keytab),
+        })
     return props
 
 
@@ -124,7 +149,8 @@ def unsecured_jwt(principal: str = OAUTH_PRINCIPAL, lifetime_s: int = 24 * 3600)
 
 def client_config(listener: str, bootstrap_servers: str, tls: TlsMaterial, *,
                   mechanism: str | None = None, username: str | None = None,
-                  password: str | None = None) -> dict[str, Any]:
+                  password: str | None = None, kdc: kerberos.Kdc | None = None
+                  ) -> dict[str, Any]:
     """Neutral description of how to connect to ``listener``.
 
     Keys (present only when they apply): listener, bootstrap_servers, security_protocol,
@@ -133,14 +159,16 @@ def client_config(listener: str, bootstrap_servers: str, tls: TlsMaterial, *,
     PEM file), ssl_keystore_p12 + ssl_keystore_password (the client cert for JVM clients),
     ssl_truststore_p12 + ssl_truststore_password,
     ssl_check_hostname (True: the broker cert's SAN matches 127.0.0.1 and localhost),
-    ssl_hostname (the name to verify: the bootstrap host, 127.0.0.1).
+    ssl_hostname (the name to verify: the bootstrap host, 127.0.0.1),
+    kerberos_principal, kerberos_keytab, kerberos_service_name, krb5_conf (SASL_GSSAPI).
     ``mechanism`` picks SCRAM-SHA-256 (default) or SCRAM-SHA-512 on SASL_SCRAM, and any of
     PLAIN, SCRAM-SHA-256 (default), SCRAM-SHA-512 and OAUTHBEARER on SASL_REAUTH;
     ``username``/``password`` override the built-in user (e.g. a wrong password).
     """
     listener = listener.upper()
-    if listener not in CLIENT_LISTENERS:
-        raise ValueError(f"unknown listener {listener!r}; choose one of {CLIENT_LISTENERS}")
+    if listener not in client_listeners(kdc is not None):
+        raise ValueError(f"unknown listener {listener!r}; choose one of "
+                         f"{client_listeners(kdc is not None)}")
     cfg: dict[str, Any] = {"listener": listener, "bootstrap_servers": bootstrap_servers,
                            "security_protocol": SECURITY_PROTOCOL[listener]}
     if listener == "SASL_REAUTH":
@@ -167,6 +195,12 @@ def client_config(listener: str, bootstrap_servers: str, tls: TlsMaterial, *,
         cfg.update(sasl_mechanism="OAUTHBEARER",
                    oauth_token=unsecured_jwt(username or OAUTH_PRINCIPAL),
                    sasl_username=username or OAUTH_PRINCIPAL)
+    elif listener == GSSAPI_LISTENER:
+        assert kdc is not None
+        cfg.update(sasl_mechanism="GSSAPI",
+                   kerberos_principal=username or kerberos.CLIENT_PRINCIPAL,
+                   kerberos_keytab=str(kdc.client_keytab),
+                   kerberos_service_name=kerberos.SERVICE_NAME, krb5_conf=str(kdc.krb5_conf))
     elif listener in ("SSL", "MTLS"):
         cfg.update(ssl_cafile=str(tls.ca_pem), ssl_check_hostname=True,
                    ssl_hostname=bootstrap_servers.split(",")[0].rsplit(":", 1)[0],
@@ -217,6 +251,9 @@ def to_java(cfg: dict[str, Any]) -> dict[str, str]:
         # The Java client's default login handler mints an unsecured token from this.
         jaas = (f"{_JAAS}.oauthbearer.OAuthBearerLoginModule required "
                 f'unsecuredLoginStringClaim_sub="{cfg["sasl_username"]}";')
+    elif mech == "GSSAPI":  # the JVM also needs -Djava.security.krb5.conf=cfg["krb5_conf"]
+        jaas = kerberos.jaas(cfg["kerberos_principal"], cfg["kerberos_keytab"])
+        out["sasl.kerberos.service.name"] = cfg["kerberos_service_name"]
     if mech:
         out.update({"sasl.mechanism": mech, "sasl.jaas.config": jaas})
     if "ssl_cafile" in cfg:

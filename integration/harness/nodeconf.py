@@ -12,9 +12,13 @@ import socket
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import listeners
 from .tls import TlsMaterial
+
+if TYPE_CHECKING:
+    from .kdc import Kdc
 
 # Broker JVMs log INFO to stdout, which the harness redirects into node-N/server.log.
 BROKER_LOG4J2 = """\
@@ -108,7 +112,8 @@ def new_cluster_id() -> str:
 
 
 def server_properties(node_id: int, ports: Mapping[int, Mapping[str, int]], log_dir: Path,
-                      tls: TlsMaterial, extra: Mapping[str, str]) -> str:
+                      tls: TlsMaterial, extra: Mapping[str, str], kdc: Kdc | None = None
+                      ) -> str:
     """server.properties text for ``node_id``; ``ports`` maps every node to its listeners."""
     n = len(ports)
     voters = ",".join(f"{i}@127.0.0.1:{p['CONTROLLER']}" for i, p in sorted(ports.items()))
@@ -118,7 +123,7 @@ def server_properties(node_id: int, ports: Mapping[int, Mapping[str, int]], log_
         # Static quorum: understood by 3.9 and 4.x, no --standalone/--initial-controllers.
         "controller.quorum.voters": voters,
         "log.dirs": str(log_dir),
-        **listeners.broker_listener_properties(dict(ports[node_id]), tls),
+        **listeners.broker_listener_properties(dict(ports[node_id]), tls, kdc),
         "offsets.topic.replication.factor": str(min(3, n)),
         "transaction.state.log.replication.factor": str(min(3, n)),
         "transaction.state.log.min.isr": str(min(2, n)),

@@ -3,7 +3,11 @@
 Enable with ``pytest_plugins = ["integration.harness.pytest_plugin"]`` in the root
 conftest.py. Fixtures (clusters and Spark start lazily, on first use, once per run):
 
-* ``kafka`` -> KafkaCluster: one node, session-scoped.
+* ``kafka`` -> KafkaCluster: one node, session-scoped, with an MIT KDC and the SASL_GSSAPI
+  listener where a KDC can run (``kdc.py`` installs it with apt-get when it may).
+* ``kerberized_kafka`` -> the same cluster, for GSSAPI tests: skips, with the reason, where no
+  KDC or no ``gssapi`` package is available, and fails instead when
+  ``$KAFKA_DS_REQUIRE_KERBEROS`` is set (CI sets it: there both must be present).
 * ``kafka_cluster3`` -> KafkaCluster: three nodes, session-scoped (tests using it are
   marked ``cluster`` automatically).
 * ``proxied_kafka`` -> ProxiedKafkaCluster: one node whose clients (bootstrapping from
@@ -20,6 +24,7 @@ Kafka version: ``--kafka-version X`` or ``$KAFKA_VERSION`` (default jars.DEFAULT
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
@@ -76,8 +81,24 @@ def kafka_version(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def kafka(kafka_version: str) -> Iterator[KafkaCluster]:
-    with KafkaCluster(nodes=1, version=kafka_version) as cluster:
+    with KafkaCluster(nodes=1, version=kafka_version, kerberos=True) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def kerberized_kafka(kafka: KafkaCluster) -> KafkaCluster:
+    reason = kafka.kerberos_unavailable
+    if reason is None:
+        try:
+            import gssapi  # noqa: F401
+        except ImportError:
+            reason = ("the gssapi package is not installed (pip install 'kafka-ds[kerberos]', "
+                      "after apt-get install libkrb5-dev)")
+    if reason is not None:
+        if os.environ.get("KAFKA_DS_REQUIRE_KERBEROS"):
+            pytest.fail(f"KAFKA_DS_REQUIRE_KERBEROS is set but Kerberos cannot run: {reason}")
+        pytest.skip(f"Kerberos unavailable: {reason}")
+    return kafka
 
 
 @pytest.fixture(scope="session")

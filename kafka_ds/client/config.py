@@ -12,8 +12,9 @@ Deliberate differences, each with an error that says what to do instead:
 - TLS stores are PKCS12, JKS (with the ``jks`` extra) or PEM, as files or PEM text in the
   options (``net.keystores``); they are read when the config is built, so that a wrong path,
   type or password fails at once, naming the option.
-- ``sasl.jaas.config`` is parsed for the PLAIN, SCRAM and OAUTHBEARER login modules'
-  options; other login modules (Kerberos/GSSAPI) are not supported.
+- ``sasl.jaas.config`` is parsed for the PLAIN, SCRAM, OAUTHBEARER and Kerberos
+  (``Krb5LoginModule``: ``useKeyTab``/``keyTab``/``principal`` or ``useTicketCache``) login
+  modules' options; GSSAPI needs the ``kerberos`` extra (``net.kerberos``).
 - OAUTHBEARER tokens come from a source asked at every (re-)authentication (``net.oauth``): a
   token file named the Java way (``sasl.oauthbearer.token.endpoint.url=file:/path``; HTTP
   identity providers are not called), a function (``sasl.oauthbearer.token.provider``, ours), a
@@ -33,6 +34,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kafka_ds.net.kerberos import KerberosConfig
 from kafka_ds.net.oauth import TokenCallable, TokenFile, TokenSource, UnsecuredJws
 from kafka_ds.net.pool import parse_bootstrap
 from kafka_ds.net.security import ConnectionConfig, SaslConfig, SecurityProtocol, TlsConfig
@@ -45,7 +47,10 @@ CLIENT_PROPERTIES = frozenset({
     "bootstrap.servers", "client.id", "security.protocol", "sasl.mechanism", "sasl.jaas.config",
     "sasl.username", "sasl.password", "sasl.oauthbearer.token",
     "sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.token.provider",
-    "sasl.login.callback.handler.class",
+    "sasl.login.callback.handler.class", "sasl.kerberos.service.name",
+    # Java's Kerberos re-login tuning: MIT Kerberos renews keytab logins by itself.
+    "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.ticket.renew.jitter", "sasl.kerberos.ticket.renew.window.factor",
     "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.certificates",
     "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.key",
     "ssl.keystore.certificate.chain", "ssl.key.password", "ssl.keystore.password",
@@ -178,17 +183,22 @@ def _sasl_config(properties: Mapping[str, str], protocol: SecurityProtocol) -> S
     token = properties.get("sasl.oauthbearer.token")
     jaas = properties.get("sasl.jaas.config")
     options: dict[str, str] = {}
+    module = ""
     if jaas:
         module, options = parse_jaas(jaas)
         username = options.get("username", username)
         password = options.get("password", password)
-        if "Krb5LoginModule" in module:
-            raise ConfigError("Kerberos (GSSAPI) is not supported by kafka_ds; use SASL PLAIN, "
-                              "SCRAM-SHA-256/512 or OAUTHBEARER")
+    kerberos_module = module.endswith("Krb5LoginModule")
+    if kerberos_module != (mechanism == "GSSAPI"):
+        raise ConfigError(
+            f"sasl.mechanism={mechanism} with a {module.rsplit('.', 1)[-1] or 'missing'} "
+            "sasl.jaas.config: GSSAPI (the Kafka default mechanism) goes with "
+            "com.sun.security.auth.module.Krb5LoginModule, the others with their own login "
+            "modules; set sasl.mechanism or sasl.jaas.config to match")
+    kerberos = None
     if mechanism == "GSSAPI":
-        raise ConfigError("sasl.mechanism is GSSAPI (the Kafka default) but kafka_ds does not "
-                          "support Kerberos: set sasl.mechanism to PLAIN, SCRAM-SHA-256, "
-                          "SCRAM-SHA-512 or OAUTHBEARER")
+        kerberos = KerberosConfig.from_jaas(properties.get("sasl.kerberos.service.name"),
+                                            options)
     handler = properties.get("sasl.login.callback.handler.class")
     if handler and not handler.strip().endswith(".OAuthBearerLoginCallbackHandler"):
         raise ConfigError(
@@ -200,7 +210,7 @@ def _sasl_config(properties: Mapping[str, str], protocol: SecurityProtocol) -> S
                     "password unencrypted; use SASL_SSL, or SCRAM-SHA-256/512 which never "
                     "sends it")
     sasl = SaslConfig(mechanism=mechanism, username=username, password=password,
-                      oauth_token=token, oauth_token_source=source)
+                      oauth_token=token, oauth_token_source=source, kerberos=kerberos)
     sasl.validate()
     return sasl
 

@@ -249,7 +249,7 @@ class BrokerConnection:
         sasl = self.config.sasl
         assert sasl is not None
         return SaslAuthentication(
-            sasl.new_mechanism(), address=self.address, username=sasl.username,
+            sasl.new_mechanism(self.host), address=self.address, username=sasl.identity,
             handshake_version=self.version_for(ApiKey.SASL_HANDSHAKE),
             authenticate_version=self.version_for(ApiKey.SASL_AUTHENTICATE))
 

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from kafka_ds.net import keystores
+from kafka_ds.net.kerberos import KerberosConfig
 from kafka_ds.net.oauth import StaticToken, TokenSource
 from kafka_ds.protocol.errors import ConfigError
-from kafka_ds.protocol.sasl import OAuthBearer, Plain, SaslMechanism, Scram
+from kafka_ds.protocol.sasl import Gssapi, OAuthBearer, Plain, SaslMechanism, Scram
 
 
 class SecurityProtocol(StrEnum):
@@ -162,7 +163,8 @@ _MAX_CONTEXTS = 16
 
 @dataclass(frozen=True)
 class SaslConfig:
-    """SASL credentials: PLAIN and SCRAM use username/password, OAUTHBEARER a token source.
+    """SASL credentials: PLAIN and SCRAM use username/password, OAUTHBEARER a token source,
+    GSSAPI a Kerberos login (``net.kerberos``).
 
     ``oauth_token`` is a fixed token; ``oauth_token_source`` (see ``net.oauth``) is asked for
     the current one at every authentication and re-authentication, and wins when both are set.
@@ -174,8 +176,16 @@ class SaslConfig:
     oauth_token: str | None = field(default=None, repr=False)
     oauth_extensions: tuple[tuple[str, str], ...] = ()
     oauth_token_source: TokenSource | None = None
+    kerberos: KerberosConfig | None = None
 
-    SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+    SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
+
+    @property
+    def identity(self) -> str | None:
+        """Who we authenticate as, for error messages (a user name or Kerberos principal)."""
+        if self.mechanism == "GSSAPI" and self.kerberos is not None:
+            return self.kerberos.principal
+        return self.username
 
     def validate(self) -> None:
         if self.mechanism not in self.SUPPORTED:
@@ -187,6 +197,11 @@ class SaslConfig:
                     "sasl.mechanism=OAUTHBEARER needs a token: sasl.oauthbearer.token, a token "
                     "file (sasl.oauthbearer.token.endpoint.url=file:/path), a function "
                     "(sasl.oauthbearer.token.provider), or the unsecured JAAS login options")
+        elif self.mechanism == "GSSAPI":
+            if self.kerberos is None:
+                raise ConfigError("sasl.mechanism=GSSAPI needs a Kerberos login: "
+                                  "sasl.kerberos.service.name and a Krb5LoginModule "
+                                  "sasl.jaas.config")
         elif self.username is None or self.password is None:
             raise ConfigError(f"sasl.mechanism={self.mechanism} needs a username and password "
                               "(sasl.jaas.config or sasl.username/sasl.password)")
@@ -198,9 +213,13 @@ class SaslConfig:
         assert self.oauth_token is not None
         return StaticToken(self.oauth_token).token()
 
-    def new_mechanism(self) -> SaslMechanism:
-        """A fresh conversation (each authentication and re-authentication starts anew)."""
+    def new_mechanism(self, host: str = "") -> SaslMechanism:
+        """A fresh conversation with the broker at ``host`` (each authentication and
+        re-authentication starts anew; GSSAPI names the broker's principal by its host)."""
         self.validate()
+        if self.mechanism == "GSSAPI":
+            assert self.kerberos is not None and host, "GSSAPI needs the broker host"
+            return Gssapi(self.kerberos.new_context(host))
         if self.mechanism == "PLAIN":
             assert self.username is not None and self.password is not None
             return Plain(self.username, self.password)

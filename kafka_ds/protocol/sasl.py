@@ -18,6 +18,11 @@ each mechanism is tested with fixed nonces and no broker.
   malformed message escape as anything but ``SaslError``.
 - OAUTHBEARER (RFC 7628, KIP-255) with a caller-supplied token. On failure the server sends a
   JSON error and expects a single 0x01 byte before it fails the authentication.
+- GSSAPI (Kerberos V5, RFC 4752). The Kerberos work (tickets, the KDC, the keytab) is a
+  ``GssContext`` the connection layer supplies (``net.kerberos``): it may talk to a KDC, so it
+  does not belong here. This class is the SASL framing around it: context tokens until the
+  context is established, then the security-layer negotiation, where Kafka, like the Java
+  client, takes "no security layer" (TLS, if any, protects the connection).
 
 Secrets never appear in ``repr`` or in error messages.
 """
@@ -226,6 +231,88 @@ class OAuthBearer:
         return None
 
 
+class GssContext(Protocol):
+    """One Kerberos security context, client side (what ``Gssapi`` needs of it)."""
+
+    @property
+    def complete(self) -> bool:
+        """True once the context is established (mutual authentication done)."""
+        ...
+
+    @property
+    def principal(self) -> str:
+        """Our Kerberos principal (``user@REALM``), sent as the SASL authorization id."""
+        ...
+
+    def step(self, token: bytes | None) -> bytes | None:
+        """The next context token for the server's ``token`` (None at the start)."""
+        ...
+
+    def wrap(self, message: bytes) -> bytes:
+        """``message`` integrity-protected (not encrypted) for the server."""
+        ...
+
+    def unwrap(self, message: bytes) -> bytes:
+        """The server's integrity-protected ``message``, verified."""
+        ...
+
+
+# RFC 4752 3.3: security layers, as a bit mask in the first octet of the server's offer.
+GSSAPI_NO_SECURITY_LAYER = 1
+
+
+class Gssapi:
+    """SASL GSSAPI (RFC 4752), client side, over a ``GssContext``.
+
+    1. Context tokens go back and forth until the context is established; the server's last
+       one (mutual authentication) may leave nothing to send, and then an empty message goes,
+       as the Java client sends, to ask for step 2.
+    2. The server sends a wrapped 4-octet offer: the security layers it allows and its maximum
+       message size. We choose "no security layer" (Kafka supports nothing else) and answer,
+       wrapped, with that choice, a zero size and our principal as the authorization id.
+    3. The server's empty answer ends the exchange.
+    """
+
+    name = "GSSAPI"
+
+    def __init__(self, context: GssContext) -> None:
+        self._context = context
+        self._answered_offer = False
+        self.done = False
+
+    def __repr__(self) -> str:
+        return "Gssapi()"
+
+    def first_message(self) -> bytes:
+        return self._context.step(None) or b""
+
+    def step(self, server_message: bytes) -> bytes | None:
+        if self.done:
+            raise SaslError("the broker sent a GSSAPI message after the exchange had finished")
+        context = self._context
+        if not context.complete:
+            token = context.step(server_message)
+            return token if token is not None else b""
+        if not self._answered_offer:
+            return self._answer_offer(server_message)
+        self.done = True  # the server's answer to ours: empty on success
+        return None
+
+    def _answer_offer(self, wrapped: bytes) -> bytes:
+        offer = self._context.unwrap(wrapped)
+        if len(offer) != 4:
+            raise SaslError(f"malformed GSSAPI security-layer offer from the broker "
+                            f"({len(offer)} bytes, not 4)")
+        if not offer[0] & GSSAPI_NO_SECURITY_LAYER:
+            raise SaslError("the broker requires a GSSAPI security layer (integrity or "
+                            "confidentiality); Kafka clients use none: check the broker's "
+                            "SASL settings")
+        self._answered_offer = True
+        # Our choice, a maximum size of 0 (RFC 4752: no layer, no size), our authorization id.
+        answer = bytes([GSSAPI_NO_SECURITY_LAYER, 0, 0, 0]) + self._context.principal.encode()
+        return self._context.wrap(answer)
+
+
 # --- one authentication on one connection (KIP-43, KIP-152, KIP-368) ------------------------
 
 # Re-authenticate between 85 % and 95 % of the session lifetime, as the Java client does: the
@@ -278,14 +365,21 @@ class SaslAuthentication:
                     f"broker {self.address} does not accept SASL mechanism {name} (enabled "
                     f"there: {enabled}); set sasl.mechanism to one of them")
             self._handshaken = True
-            return self._authenticate(self.mechanism.first_message())
+            try:
+                first = self.mechanism.first_message()
+            except AuthenticationError:
+                raise
+            except KafkaDsError as exc:
+                raise AuthenticationError(f"SASL {name} with broker {self.address}: {exc}"
+                                          ) from exc
+            return self._authenticate(first)
         assert isinstance(response, SaslAuthenticateResponse)
         if response.error_code:
             who = f" as {self.username!r}" if self.username else ""
             raise AuthenticationError(
                 f"SASL {name} authentication{who} with broker {self.address} failed: "
                 f"{response.error_message or 'no reason given'}. Check the credentials "
-                "(sasl.jaas.config, or the OAUTHBEARER token)")
+                "(sasl.jaas.config, the OAUTHBEARER token, or the Kerberos principal)")
         if response.session_lifetime_ms > 0:
             self.session_lifetime_ms = response.session_lifetime_ms
         try:

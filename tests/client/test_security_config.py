@@ -226,3 +226,71 @@ def test_a_failing_token_provider_is_a_retriable_error_naming_it() -> None:
 
     with pytest.raises(NetworkError, match=r"token\.provider.*TimeoutError"):
         TokenCallable(unreachable).token()
+
+
+# --- Kerberos (GSSAPI) ----------------------------------------------------------------------
+
+KRB5 = "com.sun.security.auth.module.Krb5LoginModule required"
+
+
+def _kerberos(jaas: str, **extra: str) -> dict[str, str]:
+    return {"bootstrap.servers": "broker:9092", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "GSSAPI", "sasl.jaas.config": jaas, **extra}
+
+
+def test_a_java_kerberos_config_is_read_as_java_writes_it(tmp_path: Path) -> None:
+    pytest.importorskip("gssapi", reason="the kerberos extra (gssapi) is not installed")
+    keytab = tmp_path / "client.keytab"
+    keytab.write_bytes(b"\x05\x02")
+    config = ClientConfig.from_properties(_kerberos(
+        f'{KRB5} useKeyTab=true storeKey=true keyTab="{keytab}" principal="app@EXAMPLE.COM";',
+        **{"sasl.kerberos.service.name": "kafka"}))
+    sasl = config.connection.sasl
+    assert sasl is not None and sasl.kerberos is not None
+    assert (sasl.kerberos.service_name, sasl.kerberos.principal, sasl.kerberos.keytab,
+            sasl.kerberos.use_keytab) == ("kafka", "app@EXAMPLE.COM", str(keytab), True)
+    assert sasl.identity == "app@EXAMPLE.COM"
+    # The JAAS serviceName option works too, as in Java.
+    config = ClientConfig.from_properties(_kerberos(f"{KRB5} useTicketCache=true "
+                                                    'serviceName="kafka";'))
+    assert config.connection.sasl is not None and config.connection.sasl.kerberos is not None
+    assert config.connection.sasl.kerberos.use_ticket_cache
+
+
+@pytest.mark.parametrize(("properties", "problem"), [
+    (_kerberos(f'{KRB5} useKeyTab=true principal="a@R";'), r"sasl\.kerberos\.service\.name"),
+    (_kerberos(f'{KRB5} principal="a@R";', **{"sasl.kerberos.service.name": "kafka"}),
+     "useKeyTab=true .* or useTicketCache=true"),
+    (_kerberos(f'{KRB5} useKeyTab=true keyTab="/k";', **{"sasl.kerberos.service.name": "kafka"}),
+     "useKeyTab=true but no principal"),
+    (_kerberos(f'{KRB5} useKeyTab=true keyTab="/no/such.keytab" principal="a@R";',
+               **{"sasl.kerberos.service.name": "kafka"}), r"keyTab=/no/such\.keytab"),
+    (_kerberos(f'{KRB5} useTicketCache=true serviceName="kafka";',
+               **{"sasl.kerberos.service.name": "other"}), "differ"),
+    (_kerberos(JAAS_PLAIN), "goes with com.sun.security.auth.module.Krb5LoginModule"),
+    ({**_kerberos(f"{KRB5} useTicketCache=true;"), "sasl.mechanism": "PLAIN"},
+     "goes with com.sun.security.auth.module.Krb5LoginModule"),
+    ({"bootstrap.servers": "b:1", "security.protocol": "SASL_SSL"},
+     "sasl.mechanism=GSSAPI with a missing sasl.jaas.config"),
+])
+def test_kerberos_settings_java_refuses_are_refused(properties: dict[str, str],
+                                                   problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        ClientConfig.from_properties(properties)
+
+
+def test_gssapi_without_the_gssapi_package_names_the_extra(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_gssapi(name: str, *args: object, **kwargs: object) -> object:
+        if name == "gssapi":
+            raise ImportError("No module named 'gssapi'")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_gssapi)
+    with pytest.raises(ConfigError, match=r"pip install 'kafka-ds\[kerberos\]'"):
+        ClientConfig.from_properties(_kerberos(f"{KRB5} useTicketCache=true;",
+                                               **{"sasl.kerberos.service.name": "kafka"}))

@@ -14,6 +14,7 @@ from kafka_ds.protocol.messages.sasl_authenticate import (
 )
 from kafka_ds.protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
 from kafka_ds.protocol.sasl import (
+    Gssapi,
     OAuthBearer,
     Plain,
     SaslAuthentication,
@@ -201,3 +202,89 @@ def test_a_refused_exchange_is_an_authentication_error_without_the_secret() -> N
     with pytest.raises(AuthenticationError, match="alice") as failed:
         exchange.on_response(SaslAuthenticateResponse(error_code=58, error_message="bad"))
     assert "pw-secret" not in str(failed.value)
+
+
+# --- GSSAPI (RFC 4752) over a scripted security context ------------------------------------
+
+class ScriptedContext:
+    """A stand-in for a Kerberos context: tokens from a script, "wrapping" that marks and
+    checks messages, so the SASL framing can be followed byte by byte."""
+
+    principal = "client@REALM"
+
+    def __init__(self, tokens: list[bytes | None]) -> None:
+        self._tokens = list(tokens)  # what step() returns, in order; complete once used up
+        self.received: list[bytes | None] = []
+
+    @property
+    def complete(self) -> bool:
+        return not self._tokens
+
+    def step(self, token: bytes | None) -> bytes | None:
+        self.received.append(token)
+        return self._tokens.pop(0)
+
+    def wrap(self, message: bytes) -> bytes:
+        return b"MIC|" + message
+
+    def unwrap(self, message: bytes) -> bytes:
+        if not message.startswith(b"MIC|"):
+            raise SaslError("integrity check failed")
+        return message[4:]
+
+
+def _gssapi_exchange(server_offer: bytes) -> tuple[list[bytes], ScriptedContext]:
+    """The messages the client sends in a full exchange, through ``SaslAuthentication``."""
+    context = ScriptedContext([b"AP-REQ", None])  # the AP-REP completes it, nothing to send
+    auth = SaslAuthentication(Gssapi(context), address="b:1", username="client@REALM",
+                              handshake_version=1, authenticate_version=2)
+    sent = []
+    step = auth.first_request()
+    step = auth.on_response(SaslHandshakeResponse(error_code=0, mechanisms=["GSSAPI"]))
+    for server in (b"AP-REP", b"MIC|" + server_offer, b""):
+        assert step is not None
+        request, _ = step
+        assert isinstance(request, SaslAuthenticateRequest)
+        sent.append(bytes(request.auth_bytes))
+        step = auth.on_response(SaslAuthenticateResponse(error_code=0, auth_bytes=server))
+    assert step is None and auth.done
+    return sent, context
+
+
+def test_gssapi_exchanges_tokens_then_chooses_no_security_layer() -> None:
+    # The broker offers no layer, integrity and confidentiality (7), 64 KiB messages.
+    sent, context = _gssapi_exchange(bytes([7, 0x01, 0x00, 0x00]))
+    assert sent == [
+        b"AP-REQ",  # the initial context token
+        b"",  # the context completed on the AP-REP with nothing to send: ask for the offer
+        b"MIC|" + bytes([1, 0, 0, 0]) + b"client@REALM",  # no layer, size 0, authzid
+    ]
+    assert context.received == [None, b"AP-REP"]
+
+
+@pytest.mark.parametrize(("offer", "problem"), [
+    (bytes([6, 0, 0x10, 0]), "requires a GSSAPI security layer"),
+    (bytes([1, 0, 0]), "malformed GSSAPI security-layer offer"),
+])
+def test_gssapi_refuses_an_offer_it_cannot_take(offer: bytes, problem: str) -> None:
+    with pytest.raises(AuthenticationError, match=problem):
+        _gssapi_exchange(offer)
+
+
+def test_gssapi_refuses_an_offer_that_does_not_verify() -> None:
+    mechanism = Gssapi(ScriptedContext([b"AP-REQ"]))
+    assert mechanism.first_message() == b"AP-REQ"
+    with pytest.raises(SaslError, match="integrity check failed"):
+        mechanism.step(bytes([1, 0, 0, 0]))  # not wrapped
+
+
+def test_gssapi_context_errors_at_the_first_token_name_the_broker() -> None:
+    class Failing(ScriptedContext):
+        def step(self, token: bytes | None) -> bytes | None:
+            raise SaslError("Server kafka/b@REALM not found in Kerberos database")
+
+    auth = SaslAuthentication(Gssapi(Failing([b"x"])), address="b:1", username=None,
+                              handshake_version=1, authenticate_version=2)
+    auth.first_request()
+    with pytest.raises(AuthenticationError, match=r"SASL GSSAPI with broker b:1: Server"):
+        auth.on_response(SaslHandshakeResponse(error_code=0, mechanisms=["GSSAPI"]))
