@@ -149,9 +149,25 @@ def server_properties(node_id: int, ports: Mapping[int, Mapping[str, int]], log_
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "allow.everyone.if.no.acl.found": "true",
         "super.users": "User:ANONYMOUS",
+        **_rack_properties(node_id, n),
         **extra,
     }
     return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def rack(node_id: int) -> str:
+    """The rack of a node in a multi-node cluster (each node has its own)."""
+    return f"rack-{node_id}"
+
+
+def _rack_properties(node_id: int, nodes: int) -> dict[str, str]:
+    """Several nodes: one rack each, and leaders that send a consumer with ``client.rack`` to
+    the in-sync replica in its rack (KIP-392). A consumer without it reads from the leader."""
+    if nodes < 2:
+        return {}
+    return {"broker.rack": rack(node_id),
+            "replica.selector.class":
+                "org.apache.kafka.common.replica.RackAwareReplicaSelector"}
 
 
 def storage_format_args(cluster_id: str, features: Mapping[str, int]) -> Sequence[str]:

@@ -153,6 +153,10 @@ class FetchMetrics:
     fetch_wait_ns: int = 0  # blocked waiting for the network
     decode_ns: int = 0  # decoding and building Arrow batches
     per_node_requests: dict[int, int] = field(default_factory=dict)
+    # Record bytes received from each broker: where the data came from (KIP-392 reads go to
+    # the replica in the client's rack, not the leader).
+    per_node_bytes: dict[int, int] = field(default_factory=dict)
+    preferred_replica_fallbacks: int = 0  # reads moved back to the leader (KIP-392)
 
     def as_dict(self) -> dict[str, int]:
         values = {name: value for name, value in vars(self).items()

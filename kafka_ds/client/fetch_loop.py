@@ -24,6 +24,11 @@ Error handling, per partition unless said otherwise:
 * Data returned from above the requested offset while the log start is above it too: the
   records in between were deleted (retention, DeleteRecords): data loss. The same gap with
   the log start below the requested offset is compaction or markers: normal.
+* KIP-392: with ``client.rack`` set, the leader may name a replica in that rack to read from
+  (``preferred_read_replica``, when the brokers run a rack-aware ``replica.selector.class``).
+  The partition then reads from it until ``metadata.max.age.ms`` passes. Any error from it,
+  OFFSET_OUT_OF_RANGE included (a follower behind), a lost connection, or its absence from
+  the metadata sends the partition back to the leader, as Java's ``AbstractFetch`` does.
 * Data loss raises ``DataLossError`` (topic, partition, both offsets) once the data before it
   has been handed out, or with ``fail.on.data.loss=false`` skips to the earliest available
   offset, logging a warning and counting ``offsets_skipped``.
@@ -206,6 +211,8 @@ class FetchLoop:
                 continue
             if now_ms - part.last_progress_ms > self.config.fetch_timeout_ms:
                 raise self._stalled(part)
+            if part.preferred_node >= 0 and now_ms >= part.preferred_until_ms:
+                part.node_id = -1  # the preferred replica's lease ran out: ask the leader
             if part.node_id < 0 and not self._locate(part, now_ms):
                 continue
             wanted.setdefault(part.node_id, {})[part.tp] = PartitionFetch(
@@ -381,7 +388,7 @@ class FetchLoop:
             part.last_stable_offset = data.last_stable_offset
             part.log_start_offset = data.log_start_offset
             if data.preferred_read_replica >= 0 and data.preferred_read_replica != part.node_id:
-                part.preferred_node = part.node_id = data.preferred_read_replica
+                self._prefer(part, data.preferred_read_replica, now_ms)
                 return
             records = data.records
             if records is None or not len(records):
@@ -390,6 +397,8 @@ class FetchLoop:
             if next_offset is None:
                 return  # only a cut-off batch: fetch again from the same position
             self.metrics.bytes += len(records)
+            per_node = self.metrics.per_node_bytes
+            per_node[part.node_id] = per_node.get(part.node_id, 0) + len(records)
             fetch_offset = part.position
             assert first_offset is not None
             if first_offset > fetch_offset and data.log_start_offset > fetch_offset:
@@ -407,6 +416,11 @@ class FetchLoop:
             # request is served in order, so a partition with large batches at its head
             # would otherwise take every response's fetch.max.bytes from those after it.
             self._parts[part.tp] = self._parts.pop(part.tp)
+            return
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE and part.preferred_node == part.node_id >= 0:
+            # A follower that has not caught up with the offset yet: read from the leader
+            # rather than judge data loss by a replica's log (Java's FetchCollector does so).
+            self._fall_back_to_leader(part, "OFFSET_OUT_OF_RANGE")
             return
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             self._out_of_range(part)
@@ -430,9 +444,30 @@ class FetchLoop:
 
     # --- errors ----------------------------------------------------------------------------
 
+    def _prefer(self, part: PartitionRead, node_id: int, now_ms: int) -> None:
+        """KIP-392: the leader names a replica to read from (the one in ``client.rack``).
+        Followed until ``metadata.max.age.ms`` passes, as the Java consumer does, then the
+        leader is asked again, so a better replica (or the leader itself) is picked up."""
+        log.debug("%s: reading from replica %s, as leader %s prefers", part.tp, node_id,
+                  part.node_id)
+        part.preferred_node = part.node_id = node_id
+        part.preferred_until_ms = now_ms + self.cluster.metadata_max_age_ms
+
+    def _fall_back_to_leader(self, part: PartitionRead, why: str) -> None:
+        log.info("%s: reading from the leader instead of replica %s (%s)", part.tp,
+                 part.preferred_node, why)
+        self.metrics.preferred_replica_fallbacks += 1
+        part.preferred_node = part.node_id = -1
+
     def _retry_later(self, part: PartitionRead, error: KafkaDsError, now_ms: int) -> None:
-        """Find the leader again after ``retry.backoff.ms``, continuing from the same position."""
+        """Find the leader again after ``retry.backoff.ms``, continuing from the same position.
+
+        A preferred read replica is dropped (KIP-392): after any error, or when the replica
+        cannot be reached, the leader is asked again, and it names the replica to read from
+        only while that one is alive and in sync, as in the Java consumer."""
         self.metrics.retries += 1
+        if part.preferred_node >= 0:
+            self.metrics.preferred_replica_fallbacks += 1
         part.last_error = str(error)
         part.topic_unknown = isinstance(error, UnknownTopicError)
         part.node_id = -1
@@ -491,8 +526,23 @@ class FetchLoop:
         part.seen_topic = True
         part.topic_unknown = False
         part.leader_epoch = partition.leader_epoch
-        part.node_id = partition.leader_id if part.preferred_node < 0 else part.preferred_node
+        part.node_id = self._read_replica(part, partition.leader_id, now_ms)
         return True
+
+    def _read_replica(self, part: PartitionRead, leader_id: int, now_ms: int) -> int:
+        """The preferred replica while it holds and is a live broker, else the leader
+        (Java's ``AbstractFetch.selectReadReplica``)."""
+        preferred = part.preferred_node
+        if preferred < 0:
+            return leader_id
+        if now_ms >= part.preferred_until_ms:
+            part.preferred_node = -1  # expired: the leader says again where to read
+            return leader_id
+        if preferred not in self.cluster.brokers:
+            self._fall_back_to_leader(part, "not a live broker in the metadata")
+            self.cluster.invalidate()
+            return leader_id
+        return preferred
 
     def _out_of_range(self, part: PartitionRead) -> None:
         """OFFSET_OUT_OF_RANGE: data loss if the log no longer spans the position, else retry."""

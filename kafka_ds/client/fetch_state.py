@@ -74,7 +74,8 @@ class PartitionRead:
     position: int
     last_progress_ms: int  # when ``position`` last moved (``fetch.timeout.ms`` counts from it)
     node_id: int = -1  # -1: find the leader (again)
-    preferred_node: int = -1  # KIP-392: a replica the leader told us to read from
+    preferred_node: int = -1  # KIP-392: a replica the leader told us to read from ...
+    preferred_until_ms: int = 0  # ... until then (metadata.max.age.ms), as in Java
     leader_epoch: int = -1
     topic_id: uuid.UUID = ZERO_UUID
     retry_at_ms: int = 0

@@ -161,3 +161,72 @@ def test_partitions_that_returned_data_go_last_in_the_next_request(
                                      records=memoryview(batch)), now_ms)
     loop._dispatch()
     assert sent == [tps, [tps[1], tps[2], tps[0]]]
+
+
+# --- KIP-392: reading from the replica the leader prefers --------------------------------
+
+def _three_replicas() -> TopicInfo:
+    return TopicInfo("t", OLD_ID, {0: PartitionInfo("t", 0, 1, 5, (1, 2, 3), (1, 2, 3))})
+
+
+def _redirected(cluster: StubCluster, **config: Any) -> tuple[FetchLoop, PartitionRead, list[int]]:
+    """A loop whose partition the leader (node 1) just sent to replica 2; records where each
+    dispatch would send it."""
+    from kafka_ds.client.cluster import BrokerInfo
+
+    cluster.brokers = {n: BrokerInfo(n, "127.0.0.1", 9000 + n, f"rack-{n}") for n in (1, 2, 3)}
+    cluster.answer = _three_replicas()
+    loop, part = _loop(cluster, client_rack="rack-2", **config)
+    targets: list[int] = []
+    loop._send = lambda node, partitions: targets.append(node.node_id)  # type: ignore[method-assign]
+    loop._dispatch()
+    now_ms = loop.clock.monotonic_ms()
+    loop._on_partition(part, PartitionData(partition_index=0, error_code=0, high_watermark=100,
+                                           preferred_read_replica=2), now_ms)
+    loop._nodes.clear()  # no requests in flight: every dispatch sends
+    loop._dispatch()
+    loop._nodes.clear()
+    return loop, part, targets
+
+
+def test_the_replica_the_leader_prefers_is_read_from(cluster: StubCluster) -> None:
+    loop, part, targets = _redirected(cluster)
+    assert targets == [1, 2]
+    assert part.preferred_node == 2
+    assert part.preferred_until_ms >= loop.clock.monotonic_ms() + cluster.metadata_max_age_ms - 1000
+
+
+def test_out_of_range_on_the_preferred_replica_goes_back_to_the_leader_without_data_loss(
+        cluster: StubCluster) -> None:
+    loop, part, targets = _redirected(cluster)
+    loop._out_of_range = lambda part: pytest.fail("judged data loss on a follower's log")  # type: ignore[method-assign]
+    loop._on_partition(part, PartitionData(partition_index=0, error_code=int(
+        ErrorCode.OFFSET_OUT_OF_RANGE)), loop.clock.monotonic_ms())
+    loop._dispatch()
+    assert targets[-1] == 1 and part.preferred_node == -1 and part.retry_at_ms == 0
+    assert loop.metrics.preferred_replica_fallbacks == 1
+
+
+def test_an_error_from_the_preferred_replica_sends_the_read_to_the_leader(
+        cluster: StubCluster) -> None:
+    loop, part, targets = _redirected(cluster)
+    loop._on_partition(part, PartitionData(partition_index=0, error_code=int(
+        ErrorCode.NOT_LEADER_OR_FOLLOWER)), loop.clock.monotonic_ms())
+    part.retry_at_ms = 0  # past retry.backoff.ms
+    loop._dispatch()
+    assert targets[-1] == 1 and part.preferred_node == -1
+
+
+def test_the_preferred_replica_expires_after_metadata_max_age(cluster: StubCluster) -> None:
+    loop, part, targets = _redirected(cluster)
+    part.preferred_until_ms = loop.clock.monotonic_ms() - 1
+    loop._dispatch()
+    assert targets[-1] == 1 and part.preferred_node == -1
+
+
+def test_a_preferred_replica_missing_from_the_metadata_is_not_used(cluster: StubCluster) -> None:
+    loop, part, targets = _redirected(cluster)
+    del cluster.brokers[2]  # fenced or gone: no longer a live broker
+    part.node_id = -1  # as when the partition is located again
+    loop._dispatch()
+    assert targets[-1] == 1 and part.preferred_node == -1
