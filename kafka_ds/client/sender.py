@@ -41,6 +41,7 @@ from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.batch_encoder import encode_section
 from kafka_ds.protocol.compression import Compression
 from kafka_ds.protocol.errors import (
+    AuthenticationError,
     BrokerError,
     ErrorCode,
     KafkaDsError,
@@ -264,6 +265,9 @@ class Sender:
         try:
             self.cluster.refresh(sorted(self._topics))
         except KafkaDsError as exc:
+            if isinstance(exc, AuthenticationError):
+                self._fatal(exc)
+                return
             log.warning("producer metadata refresh failed (will retry): %s", exc)
             self._metadata_stale = True
             self._metadata_at_ms = now_ms - self.config.client.metadata_max_age_ms \
@@ -300,9 +304,9 @@ class Sender:
         try:
             self._init_producer_id(state)
         except KafkaDsError as exc:
-            if isinstance(exc, BrokerError) and not exc.retriable:
-                self.fatal_error = exc
-                self._fail_everything(exc)
+            if isinstance(exc, AuthenticationError) or (
+                    isinstance(exc, BrokerError) and not exc.retriable):
+                self._fatal(exc)
                 return False
             log.info("InitProducerId failed, will retry: %s", exc)
             self._pid_retry_at_ms = now_ms + self.config.retry_backoff_ms
@@ -378,6 +382,9 @@ class Sender:
         try:
             version = self.produce_version(node)
         except KafkaDsError as exc:
+            if isinstance(exc, AuthenticationError):
+                self._fatal(exc)
+                return
             for batch in batches:
                 self._handle(batch, _NETWORK_CODE, -1, -1, str(exc), now_ms)
             return
@@ -419,6 +426,9 @@ class Sender:
             self._in_flight_batches.discard(batch)
         if future.failed():
             error = future.error
+            if isinstance(error, AuthenticationError):  # e.g. a failed re-authentication
+                self._fatal(error)
+                return
             code = _TIMEOUT_CODE if isinstance(error, KafkaTimeoutError) else _NETWORK_CODE
             self._metadata_stale = True
             for batch in batches.values():
@@ -577,6 +587,14 @@ class Sender:
                 self.state.on_expired(batch)
             self._complete(batch, -1, -1, error)
         return len(batches)
+
+    def _fatal(self, error: AuthenticationError | BrokerError) -> None:
+        """Configuration no retry can fix (credentials, a certificate, a refused producer id):
+        fail every unfinished batch, queued or sent, and every later send, at once rather
+        than at delivery.timeout.ms, as the Java producer's fatal errors do."""
+        log.error("producer failed: %s", error)
+        self.fatal_error = error
+        self._fail_everything(error)
 
     def _fail_everything(self, error: BaseException) -> None:
         with self.lock:
