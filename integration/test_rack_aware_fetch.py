@@ -68,7 +68,10 @@ def test_reads_go_to_the_follower_in_the_clients_rack_and_fall_back_to_the_leade
     assert all(s.request.rack_id == rack(follower) for s in sent if s.request.session_epoch >= 0)
     # After it: the rest came from the leader, none from the third replica.
     from_leader = after.get(leader, 0)
-    assert from_leader > 0 and after[follower] == before_kill[follower], (
+    # The follower may still have answered the one request in flight when it was killed
+    # (pipelining): at most one response, fetch.max.bytes.
+    late_from_follower = after[follower] - before_kill[follower]
+    assert from_leader > 0 and late_from_follower <= 32768, (
         leader, follower, before_kill, after, fallbacks,
         [(s.node_id, s.request.session_epoch, len(s.request.topics)) for s in sent])
     assert set(after) == {leader, follower}

@@ -8,8 +8,11 @@ sides of the material were used. The independent oracle is librdkafka reading ov
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from integration.fetch_helpers import produce_values
 from integration.harness.cluster import KafkaCluster
 from integration.producer_util import read_all
 from integration.props import STORE_KINDS, java_tls_stores
@@ -57,3 +60,21 @@ def test_a_wrong_keystore_password_fails_before_any_connection(kafka: KafkaClust
     with pytest.raises(ConfigError, match=r"ssl\.key\.password is wrong") as raised:
         ClientConfig.from_properties(properties)
     assert "wrong-key-password" not in str(raised.value)
+
+
+def test_one_java_option_map_reads_through_both_connectors(spark: Any, kafka: KafkaCluster,
+                                                          topic: str) -> None:
+    """The README's example: the same ``kafka.*`` map, keytool JKS stores and a key with its
+    own password over mutual TLS, for Spark's JVM connector and for ours, unchanged."""
+    from integration.spark_source_util import assert_same, read_batch
+
+    assert kafka.tls is not None
+    produce_values(kafka, topic, 50)
+    options = {"kafka.bootstrap.servers": kafka.bootstrap("MTLS"),
+               "kafka.security.protocol": "SSL", "subscribe": topic,
+               **{f"kafka.{key}": value
+                  for key, value in java_tls_stores(kafka.tls, "keytool-jks").items()}}
+    ours = read_batch(spark, "pykafka", options)
+    jvm = read_batch(spark, "kafka", options)
+    assert ours.count() == 50
+    assert_same(ours, jvm)

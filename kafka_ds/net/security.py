@@ -90,7 +90,9 @@ class TlsConfig:
         """The client ``SSLContext``; stores are read once per content (cached), so each
         connection does not decrypt them again, yet a replaced store file is read anew."""
         key = (self, *(_file_version(path) for path in (self.truststore_location,
-                                                        self.keystore_location)))
+                                                        self.keystore_location)),
+               # OpenSSL's default CA store (used without a truststore) follows these.
+               os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
         with _CONTEXTS_LOCK:
             context = _CONTEXTS.get(key)
         if context is None:
