@@ -11,12 +11,13 @@ caller can produce at once.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka_ds.client.cluster import Cluster, TopicInfo
+from kafka_ds.client.cluster import Cluster, CoordinatorType, TopicInfo
 from kafka_ds.client.config import ClientConfig
 from kafka_ds.net.future import RequestFuture
 from kafka_ds.protocol.api_keys import ApiKey
@@ -48,9 +49,30 @@ from kafka_ds.protocol.messages.describe_configs import (
     DescribeConfigsResource,
     DescribeConfigsResponse,
 )
+from kafka_ds.protocol.messages.describe_transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+)
+from kafka_ds.protocol.messages.describe_transactions import (
+    TransactionState as DescribedTransaction,
+)
+from kafka_ds.protocol.messages.list_transactions import (
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
 from kafka_ds.protocol.types import TopicPartition
 
 _TOPIC_RESOURCE = 2  # DescribeConfigs resource type of a topic
+_BROKER_RESOURCE = 4  # ... and of a broker
+
+
+@dataclass(frozen=True)
+class ListedTransaction:
+    """One transactional id a coordinator reports (ListTransactions)."""
+
+    transactional_id: str
+    producer_id: int
+    state: str  # "Ongoing", "PrepareCommit", "CompleteAbort", ...
 
 
 @dataclass(frozen=True)
@@ -249,3 +271,116 @@ class Admin:
             raise BrokerError(result.error_code, f"describing the configuration of {topic!r}",
                               result.error_message)
         return {entry.name: entry.value for entry in result.configs}
+
+    def describe_broker_config(self, node_id: int | None = None, *,
+                               timeout_ms: int = 30_000) -> dict[str, str | None]:
+        """The effective configuration of a broker (any one when ``node_id`` is None).
+
+        Needs DESCRIBE_CONFIGS on the cluster; ``BrokerError`` (CLUSTER_AUTHORIZATION_FAILED)
+        otherwise.
+        """
+        if node_id is None:
+            if not self.cluster.brokers:
+                self.cluster.refresh([])
+            node_id = min(self.cluster.brokers)
+        version = self.cluster.client.connection(node_id).version_for(ApiKey.DESCRIBE_CONFIGS)
+        request = DescribeConfigsRequest(resources=[DescribeConfigsResource(
+            resource_type=_BROKER_RESOURCE, resource_name=str(node_id), configuration_keys=None)])
+        response: DescribeConfigsResponse = self.cluster.client.request(
+            node_id, request, timeout_ms=timeout_ms, version=version)
+        result = response.results[0]
+        if result.error_code:
+            raise BrokerError(result.error_code, f"describing the configuration of broker "
+                              f"{node_id}", result.error_message)
+        return {entry.name: entry.value for entry in result.configs}
+
+    # --- transactions ---------------------------------------------------------------------
+
+    def list_transactions(self, *, states: Iterable[str] = (), id_pattern: str | None = None,
+                          timeout_ms: int = 30_000) -> list[ListedTransaction]:
+        """Transactional ids known to the coordinators, in ``states`` (all when empty).
+
+        Every broker coordinates part of the ids, so every broker is asked. ``id_pattern``
+        (a Java regular expression) filters on the broker when it supports ListTransactions
+        v2 (KIP-1152, Kafka 4.1+); callers filter the result again for older brokers.
+        Needs DESCRIBE on each transactional id: others are silently left out.
+        """
+        self.cluster.refresh()
+        client = self.cluster.client
+        futures: list[tuple[int, RequestFuture[Any]]] = []
+        for node_id in sorted(self.cluster.brokers):
+            version = client.connection(node_id).version_for(ApiKey.LIST_TRANSACTIONS)
+            request = ListTransactionsRequest(
+                state_filters=list(states), producer_id_filters=[],
+                transactional_id_pattern=id_pattern if version >= 2 else None)
+            futures.append((node_id, client.send(node_id, request, version,
+                                                 timeout_ms=timeout_ms)))
+        client.poll_until(functools.partial(_all_done, [f for _, f in futures]), timeout_ms)
+        listed: list[ListedTransaction] = []
+        for node_id, future in futures:
+            if not future.done():
+                raise KafkaTimeoutError(f"ListTransactions on broker {node_id} did not "
+                                        f"complete in {timeout_ms} ms")
+            response: ListTransactionsResponse = future.result()
+            if response.error_code:
+                raise BrokerError(response.error_code, f"listing transactions on broker "
+                                  f"{node_id}")
+            listed.extend(ListedTransaction(state.transactional_id, state.producer_id,
+                                            state.transaction_state)
+                          for state in response.transaction_states)
+        return listed
+
+    def describe_transactions(self, transactional_ids: Iterable[str], *,
+                              timeout_ms: int = 30_000) -> dict[str, DescribedTransaction]:
+        """Each id's state at its coordinator (one request per coordinator, in parallel).
+
+        An id the coordinator does not know comes back with error_code
+        TRANSACTIONAL_ID_NOT_FOUND; coordinator moves are retried within ``timeout_ms``.
+        """
+        pending = sorted(set(transactional_ids))
+        clock = self.cluster.client.clock
+        deadline_ms = clock.monotonic_ms() + timeout_ms
+        described: dict[str, DescribedTransaction] = {}
+        while pending:
+            by_node: dict[int, list[str]] = defaultdict(list)
+            for transactional_id in pending:
+                node_id = self.cluster.coordinator(CoordinatorType.TRANSACTION, transactional_id,
+                                                   timeout_ms=timeout_ms)
+                by_node[node_id].append(transactional_id)
+            client = self.cluster.client
+            futures = [(ids, client.send(node_id, DescribeTransactionsRequest(
+                transactional_ids=ids), timeout_ms=timeout_ms))
+                for node_id, ids in by_node.items()]
+            client.poll_until(functools.partial(_all_done, [f for _, f in futures]),
+                              timeout_ms)
+            retry: list[str] = []
+            for ids, future in futures:
+                if not future.done() or future.failed():
+                    retry.extend(ids)
+                    continue
+                response: DescribeTransactionsResponse = future.result()
+                for state in response.transaction_states:
+                    code = state.error_code
+                    if code and BrokerError(code).retriable:
+                        self.cluster.forget_coordinator(CoordinatorType.TRANSACTION,
+                                                        state.transactional_id)
+                        retry.append(state.transactional_id)
+                    elif code and code != ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+                        raise BrokerError(code, "describing transactional id "
+                                          f"{state.transactional_id!r}")
+                    else:
+                        described[state.transactional_id] = state
+            pending = sorted(set(retry))
+            if pending:
+                if clock.monotonic_ms() >= deadline_ms:
+                    raise KafkaTimeoutError(f"DescribeTransactions for {pending} did not "
+                                            f"succeed within {timeout_ms} ms")
+                for transactional_id in pending:
+                    self.cluster.forget_coordinator(CoordinatorType.TRANSACTION,
+                                                    transactional_id)
+                clock.sleep_ms(self.cluster.retry_backoff_ms)
+        return described
+
+
+def _all_done(futures: list[RequestFuture[Any]]) -> bool:
+    return all(future.done() for future in futures)

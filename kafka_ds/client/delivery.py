@@ -230,6 +230,15 @@ class BulkFuture:
             raise error
         return self.count
 
+    def failures(self) -> list[tuple[ProducerBatch, BaseException]]:
+        """Every batch that failed so far, with its error (all of them, for a summary)."""
+        out = []
+        for batch in self._batches:
+            error = _first_error(batch) if batch.result.done() else None
+            if error is not None:
+                out.append((batch, error))
+        return out
+
 
 def _first_error(batch: ProducerBatch) -> BaseException | None:
     result: BatchResult = batch.result
@@ -240,6 +249,25 @@ def _first_error(batch: ProducerBatch) -> BaseException | None:
                 return error
         return None
     return result.error
+
+
+# How many of a batch's rejected records an error message names; the rest are counted.
+SHOWN_RECORD_ERRORS = 3
+
+
+def summarize_record_errors(record_errors: Any, message: str | None = None) -> str:
+    """A Produce response's per-record errors in a few lines, however many there are.
+
+    A whole batch rejected for one reason (INVALID_TIMESTAMP on every record) becomes "1000
+    records rejected: record 0: ...; record 1: ...; record 2: ...; and 997 more", not a
+    line per record.
+    """
+    shown = "; ".join(f"record {error.batch_index}: {error.batch_index_error_message}"
+                      for error in record_errors[:SHOWN_RECORD_ERRORS])
+    rest = len(record_errors) - SHOWN_RECORD_ERRORS
+    text = f"{len(record_errors)} record(s) rejected: {shown}" + (
+        f"; and {rest} more" if rest > 0 else "")
+    return f"{message}; {text}" if message else text
 
 
 def check_record_size(size: int, config: Any, topic: str) -> None:

@@ -264,6 +264,73 @@ class Producer:
         self._sender.client.wakeup()
         return BulkFuture(touched, count)
 
+    def send_arrow(self, topic: str, values: Any, keys: Any = None, *, headers: Any = None,
+                   timestamps_ms: Any = None, partitions: Any = None) -> BulkFuture:
+        """Queue the records of Arrow columns: the columnar path, no Python object per record.
+
+        ``values`` and ``keys`` are Arrow binary or string arrays (nulls allowed: a null key
+        is an unkeyed record, a null value a tombstone); ``headers`` a
+        ``list<struct<key: string, value: binary>>`` array; ``timestamps_ms`` one int, or
+        int64 ms per record (an Arrow array may hold nulls: now); ``partitions`` int64 per
+        record, -1 where the partitioner decides. Keyed records land where the Java producer
+        puts them (murmur2, hashed in bulk), the rest fill the sticky partition. Records are
+        encoded into sealed batches of at most ``batch.size`` here, in the caller's thread,
+        while the sender sends the previous ones. The future completes when every record is
+        acknowledged and raises the first failure.
+        """
+        from kafka_ds.protocol.arrow_batches import (
+            ColumnarBatch,
+            arrow_records,
+            choose_partitions,
+            encode_partitioned,
+            record_sizes,
+        )
+
+        if self._closed:
+            raise KafkaDsError("send_arrow() on a closed producer")
+        now_ms = _time_ns() // 1_000_000
+        records = arrow_records(values, keys, timestamps_ms=timestamps_ms, headers=headers,
+                                now_ms=now_ms)
+        meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
+        txn = self._txn
+        if txn is not None and txn.machine.state is not TxnState.IN_TRANSACTION:
+            txn.machine.require(TxnState.IN_TRANSACTION, action="send_arrow()")
+        count = records.rows
+        if not count:
+            return BulkFuture([], 0)
+        sizes = record_sizes(records)
+        largest = int(sizes.max())
+        if largest > self._size_limit:
+            check_record_size(largest, self.config, topic)
+        self._sticky_sync(topic, meta.available)
+        chosen = choose_partitions(records, sizes, topic, meta.partition_count, meta.available,
+                                   self._sticky, explicit=partitions,
+                                   ignore_keys=self._ignore_keys)
+        limit_bytes = self._accumulator.ratios.batch_limit_bytes(
+            topic, self.config.compression, self._batch_size_bytes)
+        touched: list[Any] = []
+        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        for partition, encoded in encode_partitioned(records, sizes, chosen, limit_bytes):
+            created_ms = self._clock.monotonic_ms()
+            batch = ColumnarBatch(topic, partition, created_ms, encoded,
+                                  created_ms + self.config.delivery_timeout_ms, BatchResult())
+            with self._lock:
+                while not self._accumulator.append_batch(batch):
+                    self._sender.client.wakeup()
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise KafkaTimeoutError(
+                            f"buffer.memory ({self.config.buffer_memory_bytes} bytes) stayed "
+                            f"full for max.block.ms ({self.config.max_block_ms} ms) in "
+                            "send_arrow(); raise buffer.memory or max.block.ms")
+                    self._memory_freed.wait(remaining)
+                if txn is not None:
+                    txn.record_count += encoded.record_count
+            touched.append(batch)
+            # The batch is full by construction: a sleeping sender should send it now.
+            self._sender.client.wakeup()
+        return BulkFuture(touched, count)
+
     def _append_many(self, topic: str, meta: TopicMeta, partition: int | None,
                      keys: Sequence[bytes | None] | None, values: Sequence[bytes | None],
                      timestamps: list[int], cumulative: list[int], touched: list[Any]) -> None:
@@ -451,6 +518,11 @@ class Producer:
                   "begin_transaction()")
         with txn.lock:
             txn.machine.transition(TxnState.IN_TRANSACTION)
+
+    @property
+    def transaction_state(self) -> TxnState | None:
+        """Where the transactional state machine is (None without a transactional.id)."""
+        return self._txn.machine.state if self._txn is not None else None
 
     @property
     def transaction_protocol(self) -> int | None:

@@ -31,7 +31,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kafka_ds.client.cluster import Cluster
-from kafka_ds.client.delivery import BatchResult, RecordTooLargeError, run_record_callbacks
+from kafka_ds.client.delivery import (
+    BatchResult,
+    RecordTooLargeError,
+    run_record_callbacks,
+    summarize_record_errors,
+)
 from kafka_ds.client.producer_config import ProducerConfig
 from kafka_ds.net.clock import SYSTEM_CLOCK, Clock
 from kafka_ds.net.future import RequestFuture
@@ -360,13 +365,22 @@ class Sender:
     def encode(self, batch: ProducerBatch) -> bytes:
         if batch.encoded is not None:
             return batch.encoded
-        section = encode_section(batch.values, batch.timestamps, batch.keys, batch.headers)
-        timestamps = batch.timestamps
+        # A ColumnarBatch (send_arrow) arrives encoded by the caller's thread; looked up by
+        # attribute so that the per-record producer never imports numpy and pyarrow.
+        columnar = getattr(batch, "encoded_records", None)
+        if columnar is not None:
+            section: Any = columnar.section
+            count, base_ms, max_ms = (columnar.record_count, columnar.base_timestamp_ms,
+                                      columnar.max_timestamp_ms)
+        else:
+            section = encode_section(batch.values, batch.timestamps, batch.keys, batch.headers)
+            timestamps = batch.timestamps
+            count, base_ms, max_ms = len(timestamps), timestamps[0], max(timestamps)
         codec = self.config.compression
         encoded = assemble_batch(
             section, attributes=codec | (TRANSACTIONAL_BIT if batch.is_transactional else 0),
-            record_count=len(timestamps), last_offset_delta=len(timestamps) - 1, base_offset=0,
-            base_timestamp_ms=timestamps[0], max_timestamp_ms=max(timestamps),
+            record_count=count, last_offset_delta=count - 1, base_offset=0,
+            base_timestamp_ms=base_ms, max_timestamp_ms=max_ms,
             producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
             base_sequence=batch.base_sequence, compression_level=self.config.compression_level)
         if codec != Compression.NONE and section:
@@ -448,8 +462,7 @@ class Sender:
                     continue
                 message = part.error_message
                 if part.record_errors:
-                    message = "; ".join(f"record {e.batch_index}: {e.batch_index_error_message}"
-                                        for e in part.record_errors)
+                    message = summarize_record_errors(part.record_errors, message)
                 self._handle(batch, part.error_code, part.base_offset,
                              part.log_append_time_ms, message, now_ms)
         for batch in batches.values():  # the broker left some out: treat as retriable

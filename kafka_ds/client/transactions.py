@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kafka_ds.client.cluster import Cluster, CoordinatorType
@@ -472,3 +472,70 @@ def complete_transaction(client_config: ClientConfig | Mapping[str, str],
                 "probably committed already)")
         return "aborted"
     raise BrokerError(code, f"EndTxn ({what}) of transactional.id {token.transactional_id!r}")
+
+
+def end_transactions(cluster: Cluster, tokens: Sequence[TransactionToken], commit: bool, *,
+                     timeout_ms: int = 60_000) -> list[int]:
+    """End many prepared transactions at once over one ``Cluster``: the error code of each.
+
+    The EndTxn requests go out together (one per transaction, pipelined to their
+    coordinators); answers that say "retry" (a coordinator moved, CONCURRENT_TRANSACTIONS, a
+    broken connection) are retried one by one within ``timeout_ms``. 0 means ended as asked,
+    including a repeat of an earlier identical request. Codes in ``LOST_CODES`` on a commit
+    mean the coordinator had aborted the transaction already (``complete_transaction``
+    explains them). Empty tokens are skipped (0).
+    """
+    codes = [0] * len(tokens)
+    client = cluster.client
+    sent: list[tuple[int, Any]] = []
+    for index, token in enumerate(tokens):
+        if token.is_empty:
+            continue
+        build = _end_txn(token.transactional_id, token.producer_id, token.producer_epoch,
+                         token.protocol_version, commit)
+        try:
+            node = cluster.coordinator(CoordinatorType.TRANSACTION, token.transactional_id,
+                                       timeout_ms=timeout_ms)
+            request, version = build(client.connection(node))
+        except KafkaDsError:
+            sent.append((index, None))  # the retry below looks the coordinator up again
+            continue
+        sent.append((index, client.send(node, request, version, timeout_ms=timeout_ms)))
+    client.poll_until(lambda: all(future is None or future.done() for _, future in sent),
+                      timeout_ms)
+    for index, future in sent:
+        code = -1
+        if future is not None and future.done() and not future.failed():
+            code = future.result().error_code
+        if code == -1 or code in COORDINATOR_CODES or code == ErrorCode.CONCURRENT_TRANSACTIONS:
+            token = tokens[index]
+            cluster.forget_coordinator(CoordinatorType.TRANSACTION, token.transactional_id)
+            coordinator = _Coordinator(cluster, token.transactional_id, cluster.retry_backoff_ms)
+            build = _end_txn(token.transactional_id, token.producer_id, token.producer_epoch,
+                             token.protocol_version, commit)
+            what = "commit" if commit else "abort"
+            code = coordinator.call(build, f"EndTxn ({what})", timeout_ms).error_code
+        codes[index] = code
+    return codes
+
+
+def fence_transactional_id(cluster: Cluster, transactional_id: str, *,
+                           transaction_timeout_ms: int = 60_000,
+                           timeout_ms: int = 60_000) -> tuple[int, int]:
+    """InitProducerId for ``transactional_id`` from outside any producer: fences whoever
+    uses it and aborts the transaction it left open (returns once that abort is complete).
+
+    Returns the new (producer id, epoch). Used to release transactions nobody will finish,
+    so that read_committed readers are not held back until ``transaction.timeout.ms``.
+    """
+    def build(connection: Any) -> tuple[Any, int]:
+        version = min(connection.version_for(ApiKey.INIT_PRODUCER_ID), INIT_PRODUCER_ID_MAX)
+        return InitProducerIdRequest(transactional_id=transactional_id,
+                                     transaction_timeout_ms=transaction_timeout_ms), version
+
+    response = _Coordinator(cluster, transactional_id, cluster.retry_backoff_ms).call(
+        build, "InitProducerId", timeout_ms)
+    if response.error_code:
+        raise BrokerError(response.error_code,
+                          f"InitProducerId for transactional.id {transactional_id!r}")
+    return response.producer_id, response.producer_epoch

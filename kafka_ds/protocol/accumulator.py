@@ -326,6 +326,26 @@ class RecordAccumulator:
             position = fit
         return position
 
+    def append_batch(self, batch: ProducerBatch) -> bool:
+        """Queue a batch built whole elsewhere (``arrow_batches.ColumnarBatch``) at the tail
+        of its partition; False, queueing nothing, when it does not fit in ``buffer.memory``.
+
+        It goes after the partition's open batch, which therefore takes no more records:
+        records keep the order in which they were handed to the producer.
+        """
+        used = self.used_bytes
+        if used + batch.size_bytes > self.buffer_memory_bytes and used > 0:
+            return False
+        queue = self._queues.setdefault(batch.topic, {}).setdefault(batch.partition, deque())
+        if queue:
+            queue[-1].closed = True
+        batch.order = (next(self._created),)
+        queue.append(batch)
+        self.used_bytes = used + batch.size_bytes
+        self.new_partitions.add((batch.topic, batch.partition))
+        self.incomplete.add(batch)
+        return True
+
     def _new_batch(self, topic: str, partition: int, now_ms: int) -> ProducerBatch:
         limit = self.ratios.batch_limit_bytes(topic, self.compression, self.batch_size_bytes)
         batch = ProducerBatch(topic, partition, now_ms, limit,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
@@ -79,37 +80,71 @@ def murmur2_many(keys: Sequence[bytes]) -> list[int]:
     by_length: dict[int, list[int]] = {}
     for index, key in enumerate(keys):
         by_length.setdefault(len(key), []).append(index)
-    m = np.uint64(_M)
-    mask = np.uint64(_MASK32)
     for length, rows in by_length.items():
         blob = np.frombuffer(b"".join(keys[i] for i in rows), dtype=np.uint8)
-        matrix = blob.reshape(len(rows), length) if length else blob.reshape(len(rows), 0)
-        h = np.full(len(rows), (_SEED ^ length) & _MASK32, dtype=np.uint64)
-        words = length >> 2
-        if words:
-            # Little-endian 32-bit words, widened so products fit before masking.
-            word_matrix = np.ascontiguousarray(matrix[:, : words * 4]).view("<u4").astype(np.uint64)
-            for column in range(words):
-                k = (word_matrix[:, column] * m) & mask
-                k ^= k >> np.uint64(24)
-                k = (k * m) & mask
-                h = ((h * m) & mask) ^ k
-        tail = length & 3
-        if tail:
-            base = length & ~3
-            if tail == 3:
-                h ^= matrix[:, base + 2].astype(np.uint64) << np.uint64(16)
-            if tail >= 2:
-                h ^= matrix[:, base + 1].astype(np.uint64) << np.uint64(8)
-            h ^= matrix[:, base].astype(np.uint64)
-            h = (h * m) & mask
-        h ^= h >> np.uint64(13)
-        h = (h * m) & mask
-        h ^= h >> np.uint64(15)
-        signed = h.astype(np.int64)
-        signed[signed >= 0x80000000] -= 0x100000000
-        out[rows] = signed
+        out[rows] = _murmur2_matrix(blob.reshape(len(rows), length))
     return out.tolist()
+
+
+def _murmur2_matrix(matrix: Any) -> Any:
+    """murmur2 of each row of a (keys, length) uint8 matrix: keys of one length, hashed
+    column by column (a few numpy operations per 4 bytes, whatever the number of keys)."""
+    import numpy as np
+
+    rows, length = matrix.shape
+    m = np.uint64(_M)
+    mask = np.uint64(_MASK32)
+    h = np.full(rows, (_SEED ^ length) & _MASK32, dtype=np.uint64)
+    words = length >> 2
+    if words:
+        # Little-endian 32-bit words, widened so products fit before masking.
+        word_matrix = np.ascontiguousarray(matrix[:, : words * 4]).view("<u4").astype(np.uint64)
+        for column in range(words):
+            k = (word_matrix[:, column] * m) & mask
+            k ^= k >> np.uint64(24)
+            k = (k * m) & mask
+            h = ((h * m) & mask) ^ k
+    tail = length & 3
+    if tail:
+        base = length & ~3
+        if tail == 3:
+            h ^= matrix[:, base + 2].astype(np.uint64) << np.uint64(16)
+        if tail >= 2:
+            h ^= matrix[:, base + 1].astype(np.uint64) << np.uint64(8)
+        h ^= matrix[:, base].astype(np.uint64)
+        h = (h * m) & mask
+    h ^= h >> np.uint64(13)
+    h = (h * m) & mask
+    h ^= h >> np.uint64(15)
+    signed = h.astype(np.int64)
+    signed[signed >= 0x80000000] -= 0x100000000
+    return signed
+
+
+def murmur2_buffers(offsets: Any, data: Any, rows: Any) -> Any:
+    """``murmur2`` of the keys ``rows`` of a binary column given as numpy buffers.
+
+    ``offsets`` (int32 or int64, one more than the column's length) and ``data`` (uint8) are
+    an Arrow binary array's buffers; ``rows`` the indexes to hash (e.g. the non-null keys).
+    Returns Java's signed hashes as int64, in ``rows`` order. Keys are gathered into one
+    matrix per key length, so no Python object is made per key.
+    """
+    import numpy as np
+
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.empty(len(rows), dtype=np.int64)
+    if not len(rows):
+        return out
+    starts = offsets[rows].astype(np.int64)
+    lengths = offsets[rows + 1].astype(np.int64) - starts
+    for length in np.unique(lengths).tolist():
+        chosen = np.flatnonzero(lengths == length)
+        if length:
+            matrix = data[starts[chosen, None] + np.arange(length, dtype=np.int64)]
+        else:
+            matrix = np.empty((len(chosen), 0), dtype=np.uint8)
+        out[chosen] = _murmur2_matrix(matrix)
+    return out
 
 
 def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> list[int]:

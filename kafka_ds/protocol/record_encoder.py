@@ -81,8 +81,8 @@ def encode_records_section(
         Optional ``list<struct<key: string, value: binary>>`` column (or sequences of
         ``(str, bytes | None)`` pairs); a null or empty list means no headers.
     """
-    key_array = _binary(keys, "keys")
-    value_array = _binary(values, "values")
+    key_array = binary_column(keys, "keys")
+    value_array = binary_column(values, "values")
     rows = len(key_array)
     if len(value_array) != rows or len(timestamp_deltas) != rows:
         raise EncodeError(f"column lengths differ: {rows} keys, {len(value_array)} values, "
@@ -96,8 +96,8 @@ def encode_records_section(
     _check_int32(offset_deltas, "offset delta")
     if rows < _VECTOR_MIN_ROWS:
         return _encode_few(key_array, value_array, timestamp_deltas, offset_deltas, headers)
-    key_lengths = _lengths(key_array)
-    value_lengths = _lengths(value_array)
+    key_lengths = binary_lengths(key_array)
+    value_lengths = binary_lengths(value_array)
     header_parts = _header_parts(headers, rows)
 
     # One row per record: the varints that surround the key and value, in wire order.
@@ -206,7 +206,9 @@ def _encode_few(keys: pa.Array, values: pa.Array, timestamp_deltas: Int64Array,
     return memoryview(encode_records(records, 0))
 
 
-def _binary(column: BinaryLike, name: str) -> pa.Array:
+def binary_column(column: BinaryLike, name: str) -> pa.Array:
+    """``column`` as an Arrow ``binary`` array (strings become their UTF-8 bytes, zero-copy;
+    large types are narrowed); ``EncodeError`` names ``name`` for any other type."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     if not isinstance(column, pa.Array):
@@ -220,7 +222,7 @@ def _binary(column: BinaryLike, name: str) -> pa.Array:
     return column
 
 
-def _lengths(column: pa.Array) -> Int64Array:
+def binary_lengths(column: pa.Array) -> Int64Array:
     """Byte length of each element, -1 for nulls (an int32-offset binary array)."""
     offsets = np.frombuffer(column.buffers()[1], dtype=np.int32)
     offsets = offsets[column.offset:column.offset + len(column) + 1].astype(np.int64)
@@ -286,13 +288,13 @@ def _header_parts(headers: HeadersLike | None, rows: int) -> _HeaderParts | None
     if not counts.any():
         return None
     flat = array.flatten()  # the header structs of non-null lists, in record order
-    header_keys = _binary(flat.field("key"), "header keys")
-    header_values = _binary(flat.field("value"), "header values")
+    header_keys = binary_column(flat.field("key"), "header keys")
+    header_values = binary_column(flat.field("value"), "header values")
     if header_keys.null_count:
         raise EncodeError("header keys must not be null")
     lengths = np.empty((len(header_keys), 2), dtype=np.int64)
-    lengths[:, 0] = _lengths(header_keys)
-    lengths[:, 1] = _lengths(header_values)
+    lengths[:, 0] = binary_lengths(header_keys)
+    lengths[:, 1] = binary_lengths(header_values)
     small_data, sizes = ragged_bytes(lengths)
     per_header = sizes.sum(axis=1) + np.maximum(lengths, 0).sum(axis=1)
     summed = np.zeros(len(per_header) + 1, dtype=np.int64)

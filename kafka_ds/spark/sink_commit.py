@@ -1,0 +1,310 @@
+"""The sink's driver side: commit or abort a batch whose tasks prepared Kafka transactions.
+
+Layer: spark (over ``kafka_ds.client``). Spark calls ``commit(messages, batchId)`` on the
+driver once every task succeeded, in a fresh Python worker each time: nothing survives in
+memory from one call to the next, so every decision is read back from Kafka. Exactly-once::
+
+    commit(B):
+      tasks all SKIPPED (a replay whose intent exists) -> roll forward: EndTxn(commit) for every
+          transaction the intent of B records, then done
+      otherwise, for the PREPARED tasks' transactions:
+      1. check they are all still open with the task's epoch (DescribeTransactions). One that
+         is not (timed out, fenced by a zombie attempt) -> abort the others, raise
+         SinkBatchAbortedError: nothing of B is visible, a restart writes B again
+      2. write the commit intent of B (sink_intent): the commit point
+      3. EndTxn(commit) for all, in parallel. Lost ones (the coordinator aborted them between
+         1 and 3, or during a restart that outlived transaction.timeout.ms) -> SinkDataLossError
+      4. after a restart (a new run id) or with fewer partitions than before: abort
+         transactions still open under the prefix that nobody will finish
+         (ListTransactions, else the ids the last intent says were used)
+    abort(B):
+      the intent of B exists -> the commit was decided: leave its transactions to the
+          roll-forward of the replay (aborting them would lose part of a decided batch)
+      otherwise EndTxn(abort) for the prepared ones, InitProducerId on the ids of failed
+          tasks, and the lingering cleanup of step 4
+
+A replay of B (the driver died after step 2, before Spark's commit log) has its tasks skip
+(``sink_task``) and rolls the intent forward: EndTxn is idempotent for the same producer id
+and epoch, so the transactions already committed answer NONE. Batch (non-streaming) writes
+take steps 1 and 3 only: there is no replay to serve.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterable, Sequence
+
+from kafka_ds.client.admin import Admin
+from kafka_ds.client.cluster import Cluster
+from kafka_ds.client.config import ClientConfig
+from kafka_ds.client.transactions import end_transactions, fence_transactional_id
+from kafka_ds.protocol.errors import BrokerError, ErrorCode, KafkaDsError
+from kafka_ds.protocol.txn_state import LOST_CODES, TransactionToken
+from kafka_ds.spark.sink_faults import armed, fault_point
+from kafka_ds.spark.sink_intent import CommitIntent, IntentStore, intent_for
+from kafka_ds.spark.sink_messages import (
+    LostTransaction,
+    SinkBatchAbortedError,
+    SinkCommitMessage,
+    SinkDataLossError,
+    TaskOutcome,
+)
+from kafka_ds.spark.sink_options import SinkOptions
+
+log = logging.getLogger(__name__)
+
+_TIMEOUT_MS = 60_000
+
+
+class BatchCommit:
+    """One commit or abort call: the batch's messages and a cluster connection."""
+
+    def __init__(self, options: SinkOptions, messages: Sequence[object], batch_id: int | None,
+                 sink_id: str | None, transaction_timeout_ms: int) -> None:
+        self.options = options
+        self.batch_id = batch_id  # None: a batch (non-streaming) write
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.messages: list[SinkCommitMessage | None] = [
+            message if isinstance(message, SinkCommitMessage) else None
+            for message in messages]
+        known = [message for message in self.messages if message is not None]
+        self.sink_id = sink_id or options.transactional_id_prefix or (
+            known[0].sink_id if known else None)
+        runs = {message.run_id for message in known}
+        self.run_id = runs.pop() if len(runs) == 1 else None
+        self.query_id = known[0].query_id if known else None
+
+    @property
+    def streaming(self) -> bool:
+        return self.batch_id is not None
+
+    def _what(self) -> str:
+        return f"batch {self.batch_id}" if self.streaming else "the batch write"
+
+    def _prepared(self) -> list[SinkCommitMessage]:
+        return [message for message in self.messages if message is not None
+                and message.outcome is TaskOutcome.PREPARED]
+
+    # --- commit ------------------------------------------------------------------------------
+
+    def commit(self) -> None:
+        started = time.monotonic()
+        if not self.options.exactly_once or self.sink_id is None:
+            return
+        fault_point("commit:start", batch_id=self.batch_id)
+        prepared = self._prepared()
+        skipped = [m for m in self.messages if m is not None and m.outcome is TaskOutcome.SKIPPED]
+        with _connect(self.options) as cluster:
+            store = self._store(cluster)
+            previous = store.latest() if store is not None else None
+            if skipped:
+                self._roll_forward(cluster, previous, prepared)
+            elif prepared:
+                tokens = [message.token for message in prepared if message.token is not None]
+                try:
+                    self._check_open(cluster, prepared)
+                except SinkBatchAbortedError:
+                    raise
+                except BaseException:
+                    if not self.streaming:  # no intent: abort() cannot tell the commit began
+                        self._abort_quietly(cluster, tokens)
+                    raise
+                if store is not None:
+                    assert self.batch_id is not None
+                    store.write(intent_for(self.sink_id, self.query_id, self.run_id,
+                                           self.batch_id, len(self.messages), previous,
+                                           tokens))
+                    fault_point("commit:after-intent", batch_id=self.batch_id)
+                self._commit_all(cluster, tokens, prepared)
+            if self.streaming and self._restarted_or_shrunk(previous):
+                self.abort_lingering(cluster, previous)
+        fault_point("commit:end", batch_id=self.batch_id)
+        log.info("pykafka sink %s: committed %s (%d transactions, %d records) in %.0f ms",
+                 self.sink_id, self._what(), len(prepared),
+                 sum(m.record_count for m in prepared), (time.monotonic() - started) * 1000)
+
+    def _store(self, cluster: Cluster) -> IntentStore | None:
+        if not self.streaming:
+            return None
+        assert self.sink_id is not None
+        return IntentStore(cluster, self.options.properties,
+                           self.options.intent_topic_for(self.sink_id), self.sink_id)
+
+    def _roll_forward(self, cluster: Cluster, previous: CommitIntent | None,
+                      prepared: list[SinkCommitMessage]) -> None:
+        batch_id = self.batch_id
+        assert batch_id is not None
+        if prepared:  # cannot happen: the intent existed before any task of the replay ran
+            self._end(cluster, [m.token for m in prepared if m.token is not None], False)
+            raise KafkaDsError(f"pykafka sink {self.sink_id}: batch {batch_id} has tasks that "
+                               "skipped (its commit was decided) and tasks that wrote; the "
+                               "latter were aborted. Restart the query")
+        if previous is None or previous.batch_id < batch_id:
+            raise KafkaDsError(
+                f"pykafka sink {self.sink_id}: the tasks of batch {batch_id} found its commit "
+                "intent, but the driver does not (was the intent topic "
+                f"{self.options.intent_topic_for(self.sink_id)!r} deleted or rewritten?)")
+        if previous.batch_id > batch_id:
+            return  # committed, and a later batch too: nothing left to do
+        log.warning("pykafka sink %s: batch %d is a replay of a batch whose commit was decided"
+                    " (intent of %d transactions): rolling it forward", self.sink_id, batch_id,
+                    len(previous.transactions))
+        self._commit_all(cluster, list(previous.transactions), None)
+
+    def _check_open(self, cluster: Cluster, prepared: list[SinkCommitMessage]) -> None:
+        """Step 1: every transaction still open as its task left it, or abort the batch."""
+        ids = [m.token.transactional_id for m in prepared if m.token is not None]
+        try:
+            states = Admin(cluster).describe_transactions(ids, timeout_ms=_TIMEOUT_MS)
+        except BrokerError as exc:  # e.g. a 2.x broker: commit and report losses instead
+            log.warning("pykafka sink %s: cannot check the transactions before committing "
+                        "(%s); committing without the check", self.sink_id, exc)
+            return
+        dead: list[LostTransaction] = []
+        for message in prepared:
+            token = message.token
+            assert token is not None
+            state = states.get(token.transactional_id)
+            if (state is not None and state.transaction_state == "Ongoing"
+                    and state.producer_id == token.producer_id
+                    and state.producer_epoch == token.producer_epoch):
+                continue
+            if state is None or state.error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+                cause = "the coordinator no longer knows the transactional id"
+            elif state.producer_id == token.producer_id and \
+                    state.producer_epoch == token.producer_epoch:
+                cause = f"it is {state.transaction_state}, not open"
+            else:
+                cause = (f"it is {state.transaction_state} under producer {state.producer_id} "
+                         f"epoch {state.producer_epoch}, not the task's {token.producer_id}/"
+                         f"{token.producer_epoch}: the coordinator aborted it "
+                         "(transaction.timeout.ms passed) or another task attempt took over "
+                         "its transactional id")
+            dead.append(_lost(message.partition_id, token, cause))
+        if dead:
+            dead_ids = {item.transactional_id for item in dead}
+            self._end(cluster, [m.token for m in prepared if m.token is not None
+                                and m.token.transactional_id not in dead_ids], False)
+            raise SinkBatchAbortedError(self.sink_id or "", self.batch_id, dead)
+
+    def _commit_all(self, cluster: Cluster, tokens: list[TransactionToken],
+                    prepared: list[SinkCommitMessage] | None) -> None:
+        """Step 3 (and the roll-forward): EndTxn(commit) for every token; losses are loud."""
+        if len(tokens) > 1 and armed("commit:after-first-end"):
+            codes = self._end(cluster, tokens[:1], True)
+            fault_point("commit:after-first-end", batch_id=self.batch_id, committed=1,
+                        transactions=len(tokens))
+            codes += self._end(cluster, tokens[1:], True)
+        else:
+            codes = self._end(cluster, tokens, True)
+        partition_of = {m.token.transactional_id: m.partition_id for m in prepared or ()
+                        if m.token is not None}
+        lost = [_lost(partition_of.get(token.transactional_id,
+                                       _partition_of(token.transactional_id)), token,
+                      f"EndTxn(commit) answered {BrokerError(code).name}")
+                for token, code in zip(tokens, codes, strict=True) if code in LOST_CODES]
+        failed = [(token, code) for token, code in zip(tokens, codes, strict=True)
+                  if code and code not in LOST_CODES]
+        if failed:
+            token, code = failed[0]
+            raise BrokerError(code, f"committing {len(failed)} transaction(s) of "
+                              f"{self._what()} of the pykafka sink {self.sink_id}, first "
+                              f"{token.transactional_id!r}")
+        if lost:
+            error = SinkDataLossError(self.sink_id or "", self.batch_id, lost)
+            if self.options.fail_on_data_loss:
+                raise error
+            log.error("%s (failOnDataLoss=false: going on)", error)
+
+    def _abort_quietly(self, cluster: Cluster, tokens: list[TransactionToken]) -> None:
+        try:
+            self._end(cluster, tokens, False)
+        except KafkaDsError as exc:
+            log.warning("pykafka sink %s: could not abort %s (its transactions end by "
+                        "transaction.timeout.ms): %s", self.sink_id, self._what(), exc)
+
+    def _end(self, cluster: Cluster, tokens: Iterable[TransactionToken | None],
+             commit: bool) -> list[int]:
+        wanted = [token for token in tokens if token is not None]
+        return end_transactions(cluster, wanted, commit, timeout_ms=_TIMEOUT_MS) if wanted \
+            else []
+
+    def _restarted_or_shrunk(self, previous: CommitIntent | None) -> bool:
+        return (previous is None or previous.run_id != self.run_id or self.run_id is None
+                or previous.max_spark_partitions > len(self.messages))
+
+    # --- abort and cleanup -------------------------------------------------------------------
+
+    def abort(self) -> None:
+        if not self.options.exactly_once:
+            return
+        if self.sink_id is None:
+            log.warning("pykafka sink: %s failed before any task reported its transactional "
+                        "id prefix; transactions it left open are aborted when the query "
+                        "restarts, or by transaction.timeout.ms (set transactionalIdPrefix to "
+                        "abort them now)", self._what())
+            return
+        failed = [index for index, message in enumerate(self.messages) if message is None]
+        with _connect(self.options) as cluster:
+            store = self._store(cluster)
+            previous = store.latest() if store is not None else None
+            if previous is not None and self.batch_id is not None and \
+                    previous.batch_id >= self.batch_id:
+                log.warning("pykafka sink %s: batch %d failed after its commit was decided; "
+                            "its transactions are committed when the query restarts",
+                            self.sink_id, self.batch_id)
+                return
+            if not failed and not self.streaming:
+                return  # commit() failed, and already ended what it could
+            self._end(cluster, [m.token for m in self._prepared()], False)
+            for index in failed:
+                self._fence(cluster, f"{self.sink_id}-{index}")
+            self.abort_lingering(cluster, previous)
+        log.info("pykafka sink %s: aborted %s", self.sink_id, self._what())
+
+    def abort_lingering(self, cluster: Cluster, previous: CommitIntent | None) -> None:
+        """Abort every transaction still open under the sink's prefix: at this point no task
+        of this sink runs (or one that does is a zombie, which this fences)."""
+        assert self.sink_id is not None
+        pattern = re.compile(rf"{re.escape(self.sink_id)}-[0-9]+")
+        try:
+            listed = Admin(cluster).list_transactions(
+                states=["Ongoing"], id_pattern=pattern.pattern, timeout_ms=_TIMEOUT_MS)
+            lingering = sorted(item.transactional_id for item in listed
+                               if pattern.fullmatch(item.transactional_id)
+                               and item.state == "Ongoing")
+        except BrokerError as exc:  # not authorised, or a broker without ListTransactions
+            most = previous.max_spark_partitions if previous is not None else 0
+            lingering = [f"{self.sink_id}-{index}" for index in range(len(self.messages), most)]
+            log.info("pykafka sink %s: cannot list transactions (%s); fencing the %d ids "
+                     "above this batch's partitions instead", self.sink_id, exc, len(lingering))
+        for transactional_id in lingering:
+            self._fence(cluster, transactional_id)
+        if lingering:
+            log.warning("pykafka sink %s: aborted %d transaction(s) left open by an earlier "
+                        "run or attempt: %s", self.sink_id, len(lingering), lingering[:10])
+
+    def _fence(self, cluster: Cluster, transactional_id: str) -> None:
+        try:
+            fence_transactional_id(cluster, transactional_id,
+                                   transaction_timeout_ms=self.transaction_timeout_ms,
+                                   timeout_ms=_TIMEOUT_MS)
+        except KafkaDsError as exc:
+            log.warning("pykafka sink %s: could not abort transactional id %r (it ends by "
+                        "transaction.timeout.ms): %s", self.sink_id, transactional_id, exc)
+
+
+def _connect(options: SinkOptions) -> Cluster:
+    return Cluster.connect(ClientConfig.from_properties(options.properties))
+
+
+def _lost(partition_id: int, token: TransactionToken, cause: str) -> LostTransaction:
+    return LostTransaction(token.transactional_id, partition_id, token.partitions,
+                           token.record_count, cause)
+
+
+def _partition_of(transactional_id: str) -> int:
+    suffix = transactional_id.rsplit("-", 1)[-1]
+    return int(suffix) if suffix.isdigit() else -1

@@ -1,0 +1,201 @@
+"""The sink's task side: what one Spark task does with its partition of a batch.
+
+Layer: spark. Runs in a Python worker on an executor, once per task.
+
+Exactly-once (the protocol is in ``sink_commit``)::
+
+    learn the batch id, query id and partition from the task's local properties
+    refuse spark.speculation=true (a copy of the task would fence this one)
+    [streaming] read the sink's last commit intent: if it covers this batch, the batch is a
+        replay whose commit was already decided -> write nothing, do NOT InitProducerId (it
+        would abort the transactions the driver is about to roll forward), return SKIPPED
+    producer with transactional.id = <prefix>-<partition id>
+    InitProducerId: fences any older attempt of this partition and aborts what it left open
+    send every row inside the transaction; wait for every acknowledgement
+    return PREPARED with the transaction's token (EMPTY if it holds no record) -- not ended
+
+At-least-once: an idempotent producer without transactions; send, wait, return SENT.
+
+Producers (and the connections of the intent read) are kept per Python worker process and
+reused by later tasks, as Spark's JVM sink keeps its producers per executor: a new one costs a
+thread and a few round trips to the brokers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from kafka_ds.client.cluster import Cluster
+from kafka_ds.client.config import ClientConfig
+from kafka_ds.client.producer import Producer
+from kafka_ds.protocol.errors import KafkaDsError
+from kafka_ds.protocol.txn_state import TxnState
+from kafka_ds.spark.options import KafkaOptionError
+from kafka_ds.spark.sink_faults import fault_point
+from kafka_ds.spark.sink_intent import IntentStore
+from kafka_ds.spark.sink_messages import SinkCommitMessage, TaskOutcome
+from kafka_ds.spark.sink_options import InputColumns, SinkOptions
+from kafka_ds.spark.sink_rows import RowWriter
+
+log = logging.getLogger(__name__)
+
+_MAX_CACHED = 32
+_producers: OrderedDict[tuple[tuple[str, str], ...], Producer] = OrderedDict()
+_clusters: dict[tuple[tuple[str, str], ...], Cluster] = {}
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """The running task, from Spark's TaskContext and its local properties."""
+
+    partition_id: int
+    attempt: int
+    batch_id: int | None  # the micro-batch; None outside streaming
+    query_id: str | None  # the streaming query's id: stable across restarts
+    run_id: str | None  # this run of the query: new at every (re)start
+    speculation: bool
+
+    @classmethod
+    def current(cls) -> TaskInfo:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is None:
+            raise KafkaDsError("the pykafka sink's write() must run inside a Spark task")
+        props = context._localProperties or {}
+        batch = props.get("streaming.sql.batchId")
+        return cls(partition_id=context.partitionId(), attempt=context.attemptNumber(),
+                   batch_id=int(batch) if batch is not None else None,
+                   query_id=props.get("sql.streaming.queryId"),
+                   run_id=props.get("spark.jobGroup.id") if batch is not None else None,
+                   # SQL confs, and through them the SparkConf, reach tasks as properties.
+                   speculation=str(props.get("spark.speculation", "false")).lower() == "true")
+
+
+def default_sink_id(query_id: str | None) -> str:
+    """The transactional id prefix of a streaming query: stable across its restarts (the id
+    is in its checkpoint), different for every other query."""
+    if not query_id:
+        raise KafkaDsError("the pykafka sink found no streaming query id in this task; set "
+                           "the option transactionalIdPrefix")
+    return f"pykafka-{query_id}"
+
+
+def write_task(batches: Iterable[pa.RecordBatch], options: SinkOptions, columns: InputColumns,
+               sink_id: str | None, transaction_timeout_ms: int) -> SinkCommitMessage:
+    """The whole of one task's write (see the module docstring)."""
+    started = time.monotonic()
+    task = TaskInfo.current()
+    if options.exactly_once:
+        if task.speculation:
+            raise KafkaOptionError(
+                "the pykafka sink's exactly-once delivery cannot run with "
+                "spark.speculation=true: a speculative copy of a task reuses its transactional "
+                "id and would abort the transaction of the attempt Spark keeps. Set "
+                "spark.speculation=false, or the option deliveryGuarantee=at-least-once")
+        sink_id = sink_id or options.transactional_id_prefix or default_sink_id(task.query_id)
+        if task.batch_id is not None and _batch_decided(options, sink_id, task.batch_id):
+            for _ in batches:  # the input must still be consumed
+                pass
+            log.info("pykafka sink %s: batch %d is a replay whose commit was decided; task %d"
+                     " writes nothing", sink_id, task.batch_id, task.partition_id)
+            return _message(TaskOutcome.SKIPPED, sink_id, task, started)
+        properties = options.producer_properties(f"{sink_id}-{task.partition_id}",
+                                                 transaction_timeout_ms)
+    else:
+        sink_id = sink_id or options.transactional_id_prefix or (
+            default_sink_id(task.query_id) if task.query_id else "pykafka")
+        properties = options.producer_properties(None, None)
+    producer = _producer(properties)
+    try:
+        if options.exactly_once:
+            producer.init_transactions()
+            producer.begin_transaction()
+        writer = RowWriter(producer, columns, options.topic, options.max_rows_per_send)
+        count = writer.write(batches)
+        fault_point("task:after-produce", batch_id=task.batch_id,
+                    partition=task.partition_id, attempt=task.attempt)
+        writer.wait()
+        token = producer.prepare_transaction() if options.exactly_once else None
+    except BaseException:
+        _discard(properties)
+        raise
+    fault_point("task:after-prepare", batch_id=task.batch_id, partition=task.partition_id,
+                attempt=task.attempt)
+    if token is None:
+        return _message(TaskOutcome.SENT, sink_id, task, started, count)
+    outcome = TaskOutcome.EMPTY if token.is_empty else TaskOutcome.PREPARED
+    return _message(outcome, sink_id, task, started, count, token)
+
+
+def _message(outcome: TaskOutcome, sink_id: str, task: TaskInfo, started: float,
+             count: int = 0, token: object = None) -> SinkCommitMessage:
+    return SinkCommitMessage(
+        outcome=outcome, sink_id=sink_id, partition_id=task.partition_id, attempt=task.attempt,
+        batch_id=task.batch_id, query_id=task.query_id, run_id=task.run_id,
+        record_count=count, token=token,  # type: ignore[arg-type]
+        write_ms=int((time.monotonic() - started) * 1000))
+
+
+def _batch_decided(options: SinkOptions, sink_id: str, batch_id: int) -> bool:
+    """Whether the sink's last commit intent is for ``batch_id`` or a later batch."""
+    cluster = _cluster(options.properties)
+    try:
+        intent = IntentStore(cluster, options.properties, options.intent_topic_for(sink_id),
+                             sink_id).latest()
+    except KafkaOptionError:
+        raise
+    except KafkaDsError:
+        _clusters.pop(_key(options.properties), None)
+        cluster.close()
+        raise
+    return intent is not None and intent.batch_id >= batch_id
+
+
+def _key(properties: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(properties.items()))
+
+
+def _cluster(properties: Mapping[str, str]) -> Cluster:
+    key = _key(properties)
+    cluster = _clusters.get(key)
+    if cluster is None:
+        cluster = _clusters[key] = Cluster.connect(ClientConfig.from_properties(properties))
+    return cluster
+
+
+def _producer(properties: Mapping[str, str]) -> Producer:
+    """A producer for these properties, reused from an earlier task of this worker if any."""
+    key = _key(properties)
+    producer = _producers.pop(key, None)
+    if producer is not None and producer.transaction_state is TxnState.FATAL_ERROR:
+        producer.close(0)
+        producer = None
+    if producer is None:
+        producer = Producer(properties)
+    _producers[key] = producer  # most recently used last
+    while len(_producers) > _MAX_CACHED:
+        _, oldest = _producers.popitem(last=False)
+        oldest.close(0)
+    return producer
+
+
+def _discard(properties: Mapping[str, str]) -> None:
+    """Drop a producer whose task failed: abort what it can, close it (a retry starts clean)."""
+    producer = _producers.pop(_key(properties), None)
+    if producer is None:
+        return
+    try:
+        if producer.transaction_state in (TxnState.IN_TRANSACTION, TxnState.PREPARED,
+                                          TxnState.ABORTABLE_ERROR):
+            producer.abort_transaction(10_000)
+    except Exception as exc:  # the retry's InitProducerId aborts it anyway
+        log.info("could not abort the failed task's transaction (the retry will): %s", exc)
+    finally:
+        producer.close(0)
