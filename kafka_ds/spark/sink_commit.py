@@ -31,7 +31,9 @@ take steps 1 and 3 only: there is no replay to serve.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -52,6 +54,7 @@ from kafka_ds.spark.sink_messages import (
     TaskOutcome,
 )
 from kafka_ds.spark.sink_options import SinkOptions
+from kafka_ds.spark.sink_task import default_sink_id
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,9 @@ class BatchCommit:
         known = [message for message in self.messages if message is not None]
         self.sink_id = sink_id or options.transactional_id_prefix or (
             known[0].sink_id if known else None)
+        if self.sink_id is None and batch_id is not None:
+            query_id = query_id_from_checkpoint(options.checkpoint_location)
+            self.sink_id = default_sink_id(query_id) if query_id else None
         runs = {message.run_id for message in known}
         self.run_id = runs.pop() if len(runs) == 1 else None
         self.query_id = known[0].query_id if known else None
@@ -242,9 +248,10 @@ class BatchCommit:
             return
         if self.sink_id is None:
             log.warning("pykafka sink: %s failed before any task reported its transactional "
-                        "id prefix; transactions it left open are aborted when the query "
-                        "restarts, or by transaction.timeout.ms (set transactionalIdPrefix to "
-                        "abort them now)", self._what())
+                        "id prefix (and the checkpoint is not on a local file system); "
+                        "transactions it left open are aborted when the query restarts, or by "
+                        "transaction.timeout.ms (set transactionalIdPrefix to abort them now)",
+                        self._what())
             return
         failed = [index for index, message in enumerate(self.messages) if message is None]
         with _connect(self.options) as cluster:
@@ -294,6 +301,26 @@ class BatchCommit:
         except KafkaDsError as exc:
             log.warning("pykafka sink %s: could not abort transactional id %r (it ends by "
                         "transaction.timeout.ms): %s", self.sink_id, transactional_id, exc)
+
+
+def query_id_from_checkpoint(location: str | None) -> str | None:
+    """The streaming query id recorded in a checkpoint on a local file system, else None.
+
+    Only tasks learn the query id from Spark; when every task of a batch failed before
+    reporting, this is how abort() still finds the default transactional id prefix. Remote
+    checkpoints (HDFS, S3...) are out of Python's reach: there the transactions wait for the
+    query's restart, or the option transactionalIdPrefix names them.
+    """
+    if not location:
+        return None
+    path = location[len("file:"):] if location.startswith("file:") else location
+    if "://" in path:
+        return None
+    try:
+        with open(os.path.join(path, "metadata")) as metadata:
+            return str(json.loads(metadata.readline())["id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _connect(options: SinkOptions) -> Cluster:

@@ -79,6 +79,7 @@ class SinkOptions:
     transaction_timeout_ms: int | None  # None: the default, capped by the broker's maximum
     fail_on_data_loss: bool
     max_rows_per_send: int
+    checkpoint_location: str | None = None  # Spark passes it as an option when set so
 
     @property
     def exactly_once(self) -> bool:
@@ -151,7 +152,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         transactional_id_prefix=prefix, intent_topic=intent_topic,
         transaction_timeout_ms=timeout_ms,
         fail_on_data_loss=option_bool(lowered, FAIL_ON_DATA_LOSS.lower(), True),
-        max_rows_per_send=max_rows)
+        max_rows_per_send=max_rows, checkpoint_location=lowered.get("checkpointlocation"))
 
 
 def _guarantee(raw: str | None) -> Guarantee:
