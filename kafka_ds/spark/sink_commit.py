@@ -96,10 +96,13 @@ class BatchCommit:
     # --- commit ------------------------------------------------------------------------------
 
     def commit(self) -> None:
-        started = time.monotonic()
-        if not self.options.exactly_once or self.sink_id is None:
-            return
         fault_point("commit:start", batch_id=self.batch_id)
+        if self.options.exactly_once and self.sink_id is not None:
+            self._commit_transactions()
+        fault_point("commit:end", batch_id=self.batch_id)
+
+    def _commit_transactions(self) -> None:
+        started = time.monotonic()
         prepared = self._prepared()
         skipped = [m for m in self.messages if m is not None and m.outcome is TaskOutcome.SKIPPED]
         with _connect(self.options) as cluster:
@@ -126,7 +129,6 @@ class BatchCommit:
                 self._commit_all(cluster, tokens, prepared)
             if self.streaming and self._restarted_or_shrunk(previous):
                 self.abort_lingering(cluster, previous)
-        fault_point("commit:end", batch_id=self.batch_id)
         log.info("pykafka sink %s: committed %s (%d transactions, %d records) in %.0f ms",
                  self.sink_id, self._what(), len(prepared),
                  sum(m.record_count for m in prepared), (time.monotonic() - started) * 1000)

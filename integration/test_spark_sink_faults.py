@@ -1,0 +1,110 @@
+"""The sink under crashes: driver SIGKILLs, task crashes, expired transactions.
+
+Each test runs its streaming query (Kafka in, pykafka out, Trigger.AvailableNow) as separate
+driver programs (``sink_crash.CrashRun``) on one checkpoint. Faults come from the sink's own
+fault points (``kafka_ds.spark.sink_faults``); each test checks, from the fault log, that
+every fault it armed fired where it should, and from the exit code that the driver died by
+SIGKILL. The output is read back by confluent-kafka at read_committed and counted row by
+row against the input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from integration.harness.cluster import KafkaCluster
+from integration.sink_crash import CrashRun
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+KILLED = -9
+
+
+def _fired(crash: CrashRun) -> list[tuple[str, int | None]]:
+    return [(entry["point"], entry.get("batch")) for entry in crash.fired()]
+
+
+def test_exactly_once_through_driver_kills_at_every_commit_point_and_a_task_crash(
+        kafka: KafkaCluster, tmp_path: Path) -> None:
+    crash = CrashRun(kafka, tmp_path, f"eos-{tmp_path.name[-12:]}", rows=12_000,
+                     batch_rows=2_000)
+    points = [("commit:start", 0),  # tasks prepared, nothing decided
+              ("commit:after-intent", 1),  # decided, nothing committed
+              ("commit:after-first-end", 2),  # one of two transactions committed
+              ("commit:end", 3)]  # all committed, Spark's commit log not written
+    crash.arm(*({"point": point, "batch": batch, "action": "kill-driver"}
+                for point, batch in points))
+    for run, point in enumerate(points, start=1):
+        result = crash.run()
+        assert result.returncode == KILLED, result.stderr[-3000:]
+        assert _fired(crash) == points[:run]  # this run died at this point, no earlier
+    after_first_end = crash.fired()[2]
+    assert (after_first_end["committed"], after_first_end["transactions"]) == (1, 2)
+    # The last run also loses a task after it prepared its transaction: Spark retries it.
+    crash.arm({"point": "task:after-prepare", "batch": 4, "partition": 0, "attempt": 0,
+               "action": "exit"})
+    result = crash.run(master="local[2,2]")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _fired(crash)[-1] == ("task:after-prepare", 4)
+    counts = crash.counts(crash.output())
+    assert set(counts) == crash.expected()
+    assert [row for row, count in counts.items() if count != 1] == []  # exactly once
+    assert crash.open_transactions() == []
+
+
+def test_at_least_once_loses_nothing_under_the_same_faults(kafka: KafkaCluster,
+                                                           tmp_path: Path) -> None:
+    crash = CrashRun(kafka, tmp_path, f"alo-{tmp_path.name[-12:]}", rows=8_000,
+                     batch_rows=2_000, sink_options={"deliveryGuarantee": "at-least-once"})
+    crash.arm({"point": "commit:start", "batch": 0, "action": "kill-driver"},
+              {"point": "commit:end", "batch": 1, "action": "kill-driver"},
+              {"point": "task:after-produce", "batch": 2, "partition": 1, "attempt": 0,
+               "action": "exit"})
+    assert crash.run().returncode == KILLED
+    assert crash.run().returncode == KILLED
+    result = crash.run(master="local[2,2]")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _fired(crash) == [("commit:start", 0), ("commit:end", 1),
+                             ("task:after-produce", 2)]
+    counts = crash.counts(crash.output(read_committed=False))
+    assert set(counts) == crash.expected()  # every row at least once
+    print(f"at-least-once: {sum(counts.values()) - len(counts)} duplicates after the faults")
+
+
+def test_expired_transactions_fail_loudly_and_lose_nothing_silently(
+        kafka: KafkaCluster, tmp_path: Path) -> None:
+    crash = CrashRun(kafka, tmp_path, f"exp-{tmp_path.name[-12:]}", rows=8_000,
+                     batch_rows=2_000, sink_options={"kafka.transaction.timeout.ms": "6000"})
+    # Speculation is refused before anything is written.
+    result = crash.run(spark_conf={"spark.speculation": "true"})
+    assert result.returncode != 0
+    assert "cannot run with spark.speculation=true" in result.stderr
+    assert crash.output(read_committed=False) == []
+    # Batch 1 stalls before its commit is decided: its transactions expire, the commit
+    # aborts the batch and says nothing of it is visible; a restart writes it again.
+    crash.arm({"point": "commit:start", "batch": 1, "action": "sleep", "seconds": 15})
+    result = crash.run()
+    assert result.returncode != 0
+    assert "did not commit batch 1" in result.stderr and "nothing of it is visible" in \
+        result.stderr
+    # Batch 2 stalls after its commit was decided: its transactions expire, data is lost.
+    crash.arm({"point": "commit:after-intent", "batch": 2, "action": "sleep", "seconds": 15})
+    result = crash.run()
+    assert result.returncode != 0
+    assert "data loss in the pykafka sink" in result.stderr and "batch 2" in result.stderr
+    assert "Spark partition 0" in result.stderr and "INVALID_TXN_STATE" in result.stderr \
+        or "PRODUCER_FENCED" in result.stderr
+    assert _fired(crash) == [("commit:start", 1), ("commit:after-intent", 2)]
+    # The loss is reported again on restart, until the user accepts it.
+    result = crash.run()
+    assert result.returncode != 0 and "data loss in the pykafka sink" in result.stderr
+    result = crash.run(sink_options={"failOnDataLoss": "false"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = crash.counts(crash.output())
+    assert all(count == 1 for count in counts.values())  # never twice
+    missing = crash.expected() - set(counts)
+    lost = {f"row-{i}" for i in range(4_000, 6_000)}  # batch 2: rows 4000..5999
+    assert missing == lost
+    assert crash.open_transactions() == []
