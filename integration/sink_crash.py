@@ -62,13 +62,10 @@ class CrashRun:
         entries = json.loads(self.faults.read_text())
         self.faults.write_text(json.dumps(entries + list(faults)))
 
-    def run(self, *, master: str | None = None, timeout_s: float = 600,
-            **overrides: Any) -> subprocess.CompletedProcess[str]:
-        """One driver program until the query ends (or is killed); the config may be
-        overridden for this run (``sink_options``, ``spark_conf`` are merged)."""
+    def config_file(self, **overrides: Any) -> Path:
+        """The app's config for the next run (``sink_options``, ``spark_conf`` are merged
+        into the defaults; ``master`` None leaves it to spark-submit)."""
         config = json.loads(json.dumps(self.config))
-        if master:
-            config["master"] = master
         for key, value in overrides.items():
             if isinstance(value, dict):
                 config[key] = {**config.get(key, {}), **value}
@@ -77,17 +74,28 @@ class CrashRun:
         self.runs += 1
         path = self.work / f"run-{self.runs}.json"
         path.write_text(json.dumps(config))
-        env = dict(os.environ, KAFKA_DS_SINK_FAULTS=str(self.faults),
-                   SPARK_CONF_DIR=str(SPARK_CONF_DIR), PYSPARK_PYTHON=sys.executable,
-                   PYSPARK_DRIVER_PYTHON=sys.executable)
+        return path
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ, KAFKA_DS_SINK_FAULTS=str(self.faults),
+                    SPARK_CONF_DIR=str(SPARK_CONF_DIR), PYSPARK_PYTHON=sys.executable,
+                    PYSPARK_DRIVER_PYTHON=sys.executable)
+
+    def run(self, *, timeout_s: float = 600,
+            **overrides: Any) -> subprocess.CompletedProcess[str]:
+        """One driver program until the query ends (or is killed)."""
+        path = self.config_file(**overrides)
         started = time.monotonic()
         result = subprocess.run([sys.executable, "-m", "integration.spark_sink_app", str(path)],
-                                cwd=REPO, env=env, capture_output=True, text=True,
+                                cwd=REPO, env=self.env(), capture_output=True, text=True,
                                 timeout=timeout_s)
+        self.record(result, started)
+        return result
+
+    def record(self, result: subprocess.CompletedProcess[str], started: float) -> None:
         (self.work / f"run-{self.runs}.log").write_text(result.stdout + result.stderr)
         print(f"run {self.runs}: exit {result.returncode} after "
               f"{time.monotonic() - started:.1f} s\n{result.stdout}")
-        return result
 
     def fired(self) -> list[dict[str, Any]]:
         log = Path(f"{self.faults}.log")

@@ -10,12 +10,19 @@ row against the input.
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from integration.harness.cluster import KafkaCluster
-from integration.sink_crash import CrashRun
+from integration.harness.jars import fetch_spark_kafka_jars
+from integration.harness.spark import SPARK_CONF_DIR
+from integration.harness.standalone import StandaloneCluster
+from integration.sink_crash import REPO, CrashRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -107,4 +114,45 @@ def test_expired_transactions_fail_loudly_and_lose_nothing_silently(
     missing = crash.expected() - set(counts)
     lost = {f"row-{i}" for i in range(4_000, 6_000)}  # batch 2: rows 4000..5999
     assert missing == lost
+    assert crash.open_transactions() == []
+
+
+def test_exactly_once_on_a_standalone_cluster_with_an_executor_killed_mid_batch(
+        kafka: KafkaCluster, tmp_path: Path) -> None:
+    crash = CrashRun(kafka, tmp_path, f"std-{tmp_path.name[-12:]}", rows=8_000,
+                     batch_rows=2_000)
+    # The first task of batch 2 to have sent its records waits there; the test kills its
+    # executor meanwhile. Spark runs the task again on the other worker's executor.
+    crash.arm({"point": "task:after-produce", "batch": 2, "attempt": 0, "action": "sleep",
+               "seconds": 60})
+    config = crash.config_file(master=None, spark_conf={
+        "spark.cores.max": "2", "spark.executor.cores": "1", "spark.executor.memory": "512m",
+        "spark.executorEnv.KAFKA_DS_SINK_FAULTS": str(crash.faults)})
+    with StandaloneCluster(workers=2, conf_dir=SPARK_CONF_DIR) as cluster, \
+            ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        submitted = pool.submit(cluster.submit, [str(REPO / "integration" / "spark_sink_app.py"),
+                                                 str(config)], env=crash.env(),
+                                jars=[str(jar) for jar in fetch_spark_kafka_jars()])
+        deadline = time.monotonic() + 300
+        while not crash.fired() and time.monotonic() < deadline and not submitted.done():
+            time.sleep(0.5)
+        if submitted.done():  # ended before the fault: show why
+            crash.record(submitted.result(), started)
+            pytest.fail(f"the application ended before the fault fired:\n"
+                        f"{submitted.result().stderr[-3000:]}")
+        (fired,) = crash.fired()
+        executor = cluster.executor_of(fired["pid"])
+        assert executor is not None, "the stalled task's executor"
+        others = set(cluster.executor_pids()) - {executor}
+        assert others, "the other worker's executor, to take the task over"
+        os.kill(executor, signal.SIGKILL)
+        result = submitted.result(timeout=600)
+        crash.record(result, started)
+        assert executor not in cluster.executor_pids()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (fired["point"], fired["batch"]) == ("task:after-produce", 2)
+    counts = crash.counts(crash.output())
+    assert set(counts) == crash.expected()
+    assert [row for row, count in counts.items() if count != 1] == []  # exactly once
     assert crash.open_transactions() == []
