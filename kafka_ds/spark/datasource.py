@@ -117,6 +117,115 @@ class PyKafkaDataSource(DataSource):
     at ``latest`` runs an empty first batch that records the start; ``minOffsetsPerTrigger`` is
     ignored under ``Trigger.AvailableNow``, which always drains; tasks carry no preferred
     locations (the Python API has none).
+
+    **Writing (sink)**: every row exactly once, where ``format("kafka")`` is at-least-once::
+
+        query = (events.selectExpr("CAST(user AS STRING) AS key", "to_json(struct(*)) AS value")
+                 .writeStream.format("pykafka")
+                 .option("kafka.bootstrap.servers", "broker1:9092,broker2:9092")
+                 .option("topic", "events-clean")
+                 .option("checkpointLocation", "/checkpoints/events-clean")
+                 .start())
+
+        df.write.format("pykafka").option("kafka.bootstrap.servers", "broker1:9092") \\
+            .option("topic", "snapshot").mode("append").save()   # all rows, or none
+
+    Input columns, matched by exact name as Spark's sink does (other columns are ignored):
+
+    - ``value`` (required): string or binary. Null writes a null value (a tombstone).
+    - ``key``: string or binary; null or absent: no key.
+    - ``topic``: string; the ``topic`` option, when set, wins for every row. A null topic in a
+      row fails the task ("Null topic present in the data").
+    - ``partition``: int; null or absent: keyed rows go where the Java producer (and so the
+      JVM sink) puts them, ``murmur2(key) % partitions``; unkeyed rows fill one partition a
+      batch at a time (sticky, KIP-794). A partition the topic does not have fails the task.
+    - ``headers``: array<struct<key: string, value: binary>>; null: no headers.
+    - ``timestamp`` (beyond Spark): timestamp, or long epoch milliseconds; the record's
+      CreateTime. Null or absent: the time of the write.
+
+    A missing ``value``, a column of another type, or no topic at all fails the query at
+    start with Spark's own messages (``Required attribute 'value' not found``, ``key
+    attribute unsupported type ...``, ``topic option required when no 'topic' attribute is
+    present ...``).
+
+    Sink options (case-insensitive):
+
+    - ``kafka.bootstrap.servers`` (required), and every ``kafka.<property>`` of the Java
+      producer and client (security, ``kafka.compression.type``, ``kafka.linger.ms`` ...),
+      passed on with the prefix removed. Refused as in Spark: ``kafka.key.serializer``,
+      ``kafka.value.serializer``; refused because the sink manages it:
+      ``kafka.transactional.id``. Defaults that differ from the Java producer's, chosen for
+      throughput: ``batch.size`` 512 KiB, ``max.request.size`` 4 MiB, ``buffer.memory``
+      64 MiB.
+    - ``topic``: the topic of every row. It must exist (the sink creates no output topic).
+    - ``deliveryGuarantee``: ``exactly-once`` (default) or ``at-least-once`` (an idempotent
+      producer without transactions, as Spark's sink: a retried task or a replayed batch
+      writes its rows again, but nothing is lost).
+    - ``transactionalIdPrefix``: the prefix of the sink's transactional ids, one per Spark
+      partition: ``<prefix>-<partition id>``. Default: ``pykafka-<streaming query id>``,
+      which survives restarts from the checkpoint and differs between queries; for batch
+      writes ``pykafka-batch-<random>``. Two queries must never share a prefix.
+    - ``intentTopic``: the topic of the commit intents (below); default ``<prefix>.intent``.
+    - ``kafka.transaction.timeout.ms``: how long Kafka keeps a transaction open before it
+      aborts it. Default 15 minutes, or the broker's ``transaction.max.timeout.ms`` if lower;
+      a value above that maximum fails the query at start.
+    - ``failOnDataLoss`` (true): see "limits".
+    - ``maxRowsPerSend`` (200000): input rows gathered before they are partitioned, encoded
+      and handed to the producer at once.
+
+    **How exactly-once works.** Each task writes its rows in a Kafka transaction of its own
+    (transactional id ``<prefix>-<partition id>``), waits for every acknowledgement, and
+    does *not* commit: it returns the transaction's producer id and epoch to the driver. The
+    driver's commit checks that every transaction is still open, writes a *commit intent*
+    (the batch id and every transaction) to the intent topic, then commits all
+    transactions. A read_committed consumer sees a micro-batch's rows only once it is
+    committed, and each row once:
+
+    - a task that fails and is retried: the retry's InitProducerId aborts what the failed
+      attempt left open;
+    - a driver that dies before the intent is written: nothing of the batch is committed;
+      the restarted query writes it again (same transactional ids: the leftovers are
+      aborted);
+    - a driver that dies after the intent is written (before, during or after the commits,
+      before Spark's commit log): the restarted query finds the intent, its tasks write
+      nothing, and the driver commits the recorded transactions (committing twice is
+      harmless);
+    - transactions a restart leaves behind (fewer partitions than before, a dead task
+      attempt) are found (ListTransactions) and aborted at the first commit after the
+      restart, or when a batch fails, so read_committed readers are not held back.
+
+    Batch writes (``df.write``) are all-or-nothing the same way, without the intent (there
+    is no replay to serve). Exactly-once covers what this sink writes; read it with
+    ``kafka.isolation.level=read_committed`` (``isolation.level`` in other clients).
+
+    **Limits.** Kafka has no prepared state without a timeout (KIP-939 is not usable on
+    released brokers): a batch must be committed within ``kafka.transaction.timeout.ms`` of
+    its first record, *including a restart after a crash*. A transaction that expired before
+    the commit was decided fails the batch with nothing visible (restarting writes it
+    again). One that expired after (the driver was down longer than the timeout) is lost:
+    the query fails with a data-loss error naming the batch, the Spark and Kafka partitions
+    and the cause, and fails again on every restart until ``failOnDataLoss=false`` accepts
+    the loss. Size the timeout for batch time plus restart time, up to the broker's
+    ``transaction.max.timeout.ms`` (raise that if needed). ``spark.speculation=true`` is
+    refused: a speculative copy of a task would abort the transaction of the attempt Spark
+    keeps. A task attempt that Spark gave up for lost but still runs (a zombie) is fenced by
+    the next attempt; if it fences the kept attempt first, the commit's check sees it and the
+    batch fails with nothing visible (only a zombie waking in the milliseconds between that
+    check and the commits could still cost a partition's rows, reported as data loss).
+    While a batch is open, read_committed readers of its partitions wait at its first record
+    (the last stable offset). When every task of a batch fails before reporting (and the
+    checkpoint is not on a local file system), the driver cannot name the default prefix:
+    that batch's transactions are aborted at the restart, or by the timeout; set
+    ``transactionalIdPrefix`` to abort them at once.
+
+    **ACLs and broker settings** (exactly-once): WRITE on the output topics; WRITE (which
+    implies DESCRIBE) on the TransactionalId resources of the prefix (a PREFIXED ACL on
+    ``<prefix>-``); CREATE (or an operator-made topic: one partition,
+    ``cleanup.policy=compact``), READ and WRITE on the intent topic; DESCRIBE_CONFIGS on the
+    cluster to check the timeout at start (optional: without it the check is skipped). The
+    transaction state log needs ``transaction.state.log.replication.factor`` and
+    ``min.isr`` the cluster can meet. At-least-once needs WRITE on the output topics and,
+    for the idempotent producer, IDEMPOTENT_WRITE on the cluster on brokers before 3.0.
     """
 
     @classmethod

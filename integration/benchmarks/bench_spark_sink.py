@@ -1,0 +1,255 @@
+"""The pykafka sink beside Spark's JVM Kafka sink: same Spark session, same broker, same run.
+
+A script, not a test (``make bench-sink``)::
+
+    python -m integration.benchmarks.bench_spark_sink [--bootstrap HOST:PORT] [--runs 3]
+        [--rows 2000000] [--sizes 100 1024] [--codecs none lz4] [--partitions 4]
+        [--profile] [--commit-batches 20]
+
+Without ``--bootstrap`` it starts a one-node harness broker. The input is a cached DataFrame
+of ``--partitions`` partitions (local[2], as the harness session) whose ``value`` is
+``size`` bytes: a row number, then hex digits of a hash (compressible about 2x, as text is).
+Each scenario (value size x codec) writes it, ``--runs`` times and alternating, with:
+
+- ``jvm``: ``format("kafka")``, Spark's own sink (at-least-once: it has nothing else);
+- ``eos``: ``format("pykafka")``, exactly-once (the default);
+- ``alo``: ``format("pykafka")``, ``deliveryGuarantee=at-least-once``;
+- ``noop``: a Python ``DataSourceArrowWriter`` that only iterates Spark's Arrow batches:
+  what Spark's JVM -> Arrow -> Python path costs before any sink work.
+
+and prints median rows/s and the ratios ``eos/jvm`` and ``alo/jvm``. Rows go to a topic of
+``--partitions`` partitions, unkeyed (each writer's partitioner spreads them).
+
+``--commit-batches N`` then runs a streaming query (Kafka in, pykafka exactly-once out, N
+micro-batches) and reports the driver's commit time per micro-batch, read from the sink's own
+log lines (intent read and write, EndTxn for every transaction, checks), beside Spark's
+``addBatch`` (write + commit). ``--profile`` runs one task's write path outside Spark under
+cProfile (the same Arrow batches Spark hands the writer) and prints where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+WRITERS = ["jvm", "eos", "alo", "noop"]
+_COMMIT_LINE = re.compile(r"committed batch (\d+) \((\d+) transactions.*\) in (\d+) ms")
+
+
+def _noop_source() -> Any:
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class Done(WriterCommitMessage):
+        pass
+
+    class NoopWriter(DataSourceArrowWriter):
+        def write(self, iterator: Any) -> Any:
+            for _ in iterator:
+                pass
+            return Done()
+
+    class NoopSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "noop_arrow"
+
+        def writer(self, schema: Any, overwrite: bool) -> Any:
+            return NoopWriter()
+
+    return NoopSource
+
+
+def _input(spark: Any, rows: int, size: int, partitions: int) -> Any:
+    hashes = max(1, (size + 63) // 64)
+    df = spark.range(0, rows, 1, partitions).selectExpr(
+        f"CAST(substr(concat(lpad(CAST(id AS STRING), 12, '0'), "
+        f"repeat(sha2(CAST(id % 4096 AS STRING), 256), {hashes})), 1, {size}) AS BINARY) "
+        "AS value")
+    df = df.cache()
+    assert df.count() == rows
+    return df
+
+
+def _write(writer: str, df: Any, bootstrap: str, topic: str, codec: str) -> None:
+    if writer == "noop":
+        df.write.format("noop_arrow").mode("append").save()
+        return
+    fmt = "kafka" if writer == "jvm" else "pykafka"
+    out = (df.write.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+           .option("topic", topic).option("kafka.compression.type", codec))
+    if writer == "alo":
+        out = out.option("deliveryGuarantee", "at-least-once")
+    out.mode("append").save()
+
+
+def _scenario(spark: Any, admin: Any, bootstrap: str, rows: int, size: int, codec: str,
+              partitions: int, runs: int) -> dict[str, float]:
+    df = _input(spark, rows, size, partitions)
+    topic = f"bench-sink-{size}-{codec}-{uuid.uuid4().hex[:6]}"
+    admin.create_topic(topic, partitions)
+    rates: dict[str, list[float]] = {writer: [] for writer in WRITERS}
+    _write("eos", df.limit(1000), bootstrap, topic, codec)  # warm up both paths
+    _write("jvm", df.limit(1000), bootstrap, topic, codec)
+    for _ in range(runs):
+        for writer in WRITERS:
+            started = time.perf_counter()
+            _write(writer, df, bootstrap, topic, codec)
+            rates[writer].append(rows / (time.perf_counter() - started))
+    df.unpersist()
+    admin.delete_topics([topic])
+    return {writer: statistics.median(values) for writer, values in rates.items()}
+
+
+def _commit_latency(spark: Any, admin: Any, bootstrap: str, batches: int, log: Path) -> None:
+    """Streaming: the driver's commit time per micro-batch, from the sink's log lines."""
+    from kafka_ds.client.producer import Producer
+
+    source, target = f"bench-src-{uuid.uuid4().hex[:6]}", f"bench-dst-{uuid.uuid4().hex[:6]}"
+    admin.create_topic(source, 4)
+    admin.create_topic(target, 4)
+    per_batch = 50_000
+    with Producer({"bootstrap.servers": bootstrap, "batch.size": "524288"}) as producer:
+        import pyarrow as pa
+        for start in range(0, per_batch * batches, per_batch):
+            producer.send_arrow(source, pa.array([b"x" * 100] * per_batch))
+        producer.flush()
+    query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", source).option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", str(per_batch)).load().select("value")
+             .writeStream.format("pykafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("topic", target)
+             .option("checkpointLocation", tempfile.mkdtemp(prefix="bench-commit-"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    commits = {int(m.group(1)): int(m.group(3)) for m in _COMMIT_LINE.finditer(log.read_text())}
+    add_batch = {p["batchId"]: p["durationMs"].get("addBatch", 0) for p in query.recentProgress}
+    steady = sorted(commits)[1:]  # batch 0 also creates the intent topic and a Python worker
+    values = [commits[b] for b in steady]
+    print(f"\nstreaming, exactly-once, {per_batch} rows of 100 B per micro-batch, 4 tasks:")
+    print(f"  driver commit per micro-batch: median {statistics.median(values):.0f} ms, "
+          f"max {max(values)} ms (batches {steady[0]}..{steady[-1]}; batch 0: "
+          f"{commits.get(0)} ms)")
+    print(f"  Spark addBatch (write + commit): median "
+          f"{statistics.median(add_batch[b] for b in steady if b in add_batch):.0f} ms")
+
+
+def _profile(bootstrap: str, admin: Any, size: int, codec: str) -> None:
+    """One task's write path outside Spark: cProfile over the same Arrow input Spark sends."""
+    import cProfile
+    import pstats
+
+    import pyarrow as pa
+
+    from kafka_ds.client.producer import Producer
+    from kafka_ds.spark.sink_options import InputColumns, parse_sink_options
+    from kafka_ds.spark.sink_rows import RowWriter
+
+    topic = f"bench-prof-{uuid.uuid4().hex[:6]}"
+    admin.create_topic(topic, 4)
+    options = parse_sink_options({"kafka.bootstrap.servers": bootstrap, "topic": topic,
+                                  "kafka.compression.type": codec})
+    rows = 1_000_000 if size <= 100 else 200_000
+    value = pa.array([(b"%012d" % i + b"ab" * size)[:size] for i in range(10_000)])
+    batches = [pa.record_batch([value], names=["value"])] * (rows // 10_000)
+    props = dict(options.producer_properties(f"bench-prof-{uuid.uuid4().hex}", 60_000))
+    producer = Producer(props)
+    producer.init_transactions()
+    producer.begin_transaction()
+    profiler = cProfile.Profile()
+    started = time.perf_counter()
+    profiler.enable()
+    writer = RowWriter(producer, InputColumns(value="value"), topic, options.max_rows_per_send)
+    writer.write(batches)
+    writer.wait()
+    producer.prepare_transaction()
+    profiler.disable()
+    elapsed = time.perf_counter() - started
+    producer.close()
+    print(f"\nprofile: one task, {rows} rows of {size} B, {codec}, exactly-once, outside "
+          f"Spark: {rows / elapsed / 1e6:.2f} M rows/s (main thread below; the sender thread "
+          "compresses and sends in parallel)")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--bootstrap")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1024])
+    parser.add_argument("--codecs", nargs="+", default=["none", "lz4"])
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--commit-batches", type=int, default=20)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+
+    from integration.harness.cluster import KafkaCluster
+    from integration.harness.jars import fetch_spark_kafka_jars
+
+    cluster = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        cluster = KafkaCluster(nodes=1).start()
+        bootstrap = cluster.bootstrap()
+    # The sink's commit log lines, from the driver's Python workers, into a file.
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-sink-log-"))
+    log = log_dir / "sink.log"
+    (log_dir / "sitecustomize.py").write_text(
+        "import logging\nhandler = logging.FileHandler(%r)\n"
+        "logging.getLogger('kafka_ds.spark.sink_commit').addHandler(handler)\n"
+        "logging.getLogger('kafka_ds.spark.sink_commit').setLevel(logging.INFO)\n" % str(log))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(log_dir), *filter(None, [os.environ.get("PYTHONPATH")])])
+    try:
+        from integration.harness.spark import spark_session
+        from kafka_ds.client.admin import Admin
+        from kafka_ds.spark import PyKafkaDataSource
+
+        spark = spark_session(fetch_spark_kafka_jars())
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.dataSource.register(PyKafkaDataSource)
+        spark.dataSource.register(_noop_source())
+        with Admin.from_properties({"bootstrap.servers": bootstrap}) as admin:
+            results = []
+            for size in args.sizes:
+                rows = args.rows if size <= 100 else max(args.rows // 4, 1)
+                for codec in args.codecs:
+                    medians = _scenario(spark, admin, bootstrap, rows, size, codec,
+                                        args.partitions, args.runs)
+                    results.append((size, codec, rows, medians))
+                    _print_row(size, codec, rows, medians)
+            print("\nsummary (median rows/s over %d runs, local[2], %d partitions):"
+                  % (args.runs, args.partitions))
+            for size, codec, rows, medians in results:
+                _print_row(size, codec, rows, medians)
+            print(json.dumps([{"size": s, "codec": c, "rows": r, **m}
+                              for s, c, r, m in results]))
+            if args.commit_batches:
+                _commit_latency(spark, admin, bootstrap, args.commit_batches, log)
+            if args.profile:
+                _profile(bootstrap, admin, args.sizes[0], args.codecs[-1])
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    return 0
+
+
+def _print_row(size: int, codec: str, rows: int, medians: dict[str, float]) -> None:
+    jvm = medians["jvm"]
+    print(f"{size:>5} B {codec:>5} {rows:>8} rows | jvm {jvm / 1e6:5.2f} M/s | eos "
+          f"{medians['eos'] / 1e6:5.2f} M/s ({medians['eos'] / jvm:4.2f}x) | alo "
+          f"{medians['alo'] / 1e6:5.2f} M/s ({medians['alo'] / jvm:4.2f}x) | noop "
+          f"{medians['noop'] / 1e6:5.2f} M/s", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
