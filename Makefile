@@ -6,7 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv jars test test-fast test-compat example bench bench-spark-source fuzz lint clean
+.PHONY: venv jars test test-fast test-compat example bench bench-spark-source bench-spark-sink fuzz \
+	lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +47,11 @@ bench: jars
 # format("pykafka") beside Spark's JVM connector: batch and streaming throughput, per-batch overhead.
 bench-spark-source: jars
 	$(PY) integration/benchmarks/bench_spark_source.py
+
+# The pykafka sink beside Spark's JVM sink, same session and broker (medians, ratios, the
+# driver's commit time per micro-batch); see integration/benchmarks/bench_spark_sink.py.
+bench-spark-sink: jars
+	$(PY) -m integration.benchmarks.bench_spark_sink
 
 # The long fuzz run (a million cases per fuzz test).
 fuzz: $(STAMP)

@@ -6,10 +6,11 @@ Run as its own driver program, so that a test can SIGKILL it (the fault points i
     python -m integration.spark_sink_app CONFIG.json
 
 or through ``spark-submit --master spark://...`` (the standalone-cluster test). CONFIG holds
-``bootstrap``, ``input_topic``, ``output_topic``, ``checkpoint``, ``sink_options`` (extra
-options), ``max_offsets_per_trigger`` and optionally ``master`` and ``spark_conf``. The query
-runs with Trigger.AvailableNow: it writes everything the input holds, in batches of at most
-``max_offsets_per_trigger`` records, then stops; the program then exits 0.
+``bootstrap``, ``input_topic``, ``output_topic``, ``checkpoint``, ``sink_options`` and
+``source_options`` (extra options), ``max_offsets_per_trigger``, and optionally ``master``
+and ``spark_conf``. The query runs with Trigger.AvailableNow: it writes everything the input
+holds, in batches of at most ``max_offsets_per_trigger`` records, then stops; the program
+then exits 0.
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ def main(config_path: str) -> int:
               .option("kafka.bootstrap.servers", config["bootstrap"])
               .option("subscribe", config["input_topic"])
               .option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", str(config["max_offsets_per_trigger"]))
-              .load())
+              .option("maxOffsetsPerTrigger", str(config["max_offsets_per_trigger"])))
+    for key, value in config.get("source_options", {}).items():
+        source = source.option(key, value)
+    source = source.load()
     writer = (source.selectExpr("key", "value")
               .writeStream.format("pykafka")
               .option("kafka.bootstrap.servers", config["bootstrap"])

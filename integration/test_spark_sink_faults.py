@@ -43,10 +43,18 @@ def test_exactly_once_through_driver_kills_at_every_commit_point_and_a_task_cras
               ("commit:end", 3)]  # all committed, Spark's commit log not written
     crash.arm(*({"point": point, "batch": batch, "action": "kill-driver"}
                 for point, batch in points))
+    # Run 1 splits each batch in 4 Spark partitions (transactional ids -0..-3); the restarts
+    # use 2, so the replay of batch 0 does not reuse -2 and -3, which the first commit after
+    # the restart must find and abort.
     for run in range(1, len(points) + 1):
-        result = crash.run()
+        result = crash.run(source_options={"minPartitions": "4"} if run == 1 else {})
         assert result.returncode == KILLED, result.stderr[-3000:]
         assert _fired(crash) == points[:run]  # this run died at this point, no earlier
+        if run == 1:
+            left = crash.open_transactions()
+            assert [name[-2:] for name in left] == ["-0", "-1", "-2", "-3"]
+        if run == 2:  # died with batch 1 decided: only its own two transactions are open
+            assert [name[-2:] for name in crash.open_transactions()] == ["-0", "-1"]
     after_first_end = crash.fired()[2]
     assert (after_first_end["committed"], after_first_end["transactions"]) == (1, 2)
     # The last run also loses a task after it prepared its transaction: Spark retries it.

@@ -141,7 +141,9 @@ class PyKafkaDataSource(DataSource):
       batch at a time (sticky, KIP-794). A partition the topic does not have fails the task.
     - ``headers``: array<struct<key: string, value: binary>>; null: no headers.
     - ``timestamp`` (beyond Spark): timestamp, or long epoch milliseconds; the record's
-      CreateTime. Null or absent: the time of the write.
+      CreateTime. Null or absent: the time of the write. Spark's sink ignores this column,
+      so a DataFrame read from Kafka and written back keeps its records' timestamps here
+      where ``format("kafka")`` stamps them anew: drop the column for the old behaviour.
 
     A missing ``value``, a column of another type, or no topic at all fails the query at
     start with Spark's own messages (``Required attribute 'value' not found``, ``key
