@@ -119,7 +119,7 @@ def _commit_latency(spark: Any, admin: Any, bootstrap: str, batches: int, log: P
     per_batch = 50_000
     with Producer({"bootstrap.servers": bootstrap, "batch.size": "524288"}) as producer:
         import pyarrow as pa
-        for start in range(0, per_batch * batches, per_batch):
+        for _ in range(batches):
             producer.send_arrow(source, pa.array([b"x" * 100] * per_batch))
         producer.flush()
     query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
@@ -204,9 +204,9 @@ def main() -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="bench-sink-log-"))
     log = log_dir / "sink.log"
     (log_dir / "sitecustomize.py").write_text(
-        "import logging\nhandler = logging.FileHandler(%r)\n"
+        f"import logging\nhandler = logging.FileHandler({str(log)!r})\n"
         "logging.getLogger('kafka_ds.spark.sink_commit').addHandler(handler)\n"
-        "logging.getLogger('kafka_ds.spark.sink_commit').setLevel(logging.INFO)\n" % str(log))
+        "logging.getLogger('kafka_ds.spark.sink_commit').setLevel(logging.INFO)\n")
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(log_dir), *filter(None, [os.environ.get("PYTHONPATH")])])
     try:
@@ -227,8 +227,8 @@ def main() -> int:
                                         args.partitions, args.runs)
                     results.append((size, codec, rows, medians))
                     _print_row(size, codec, rows, medians)
-            print("\nsummary (median rows/s over %d runs, local[2], %d partitions):"
-                  % (args.runs, args.partitions))
+            print(f"\nsummary (median rows/s over {args.runs} runs, local[2], "
+                  f"{args.partitions} partitions):")
             for size, codec, rows, medians in results:
                 _print_row(size, codec, rows, medians)
             print(json.dumps([{"size": s, "codec": c, "rows": r, **m}

@@ -99,7 +99,7 @@ def test_columns_are_checked_like_sparks_sink() -> None:
                                           StructField("v", BinaryType())]))
     with pytest.raises(KafkaOptionError, match="headers attribute unsupported type"):
         input_columns(_schema(value=StringType(), headers=wrong_headers), options)
-    with pytest.raises(KafkaOptionError, match="Required attribute .value. not found"):
+    with pytest.raises(KafkaOptionError, match="Required attribute 'value' not found"):
         input_columns(_schema(Value=StringType()), options)  # names are case-sensitive
 
 
