@@ -201,6 +201,39 @@ def test_streaming_copy_keeps_every_record_in_place(
     assert _open_transactions(kafka.bootstrap(), prefix) == []
 
 
+def _stream(session: Any, kafka: KafkaCluster, source: str, target: str,
+            **options: str) -> Any:
+    writer = (session.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", kafka.bootstrap()).option("subscribe", source)
+              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "400").load()
+              .select("value").writeStream.format("pykafka")
+              .option("kafka.bootstrap.servers", kafka.bootstrap()).option("topic", target)
+              .option("checkpointLocation", tempfile.mkdtemp(prefix="sink-stream-")))
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination(300)
+    assert query.exception() is None
+    return query
+
+
+def test_a_new_query_reusing_a_prefix_starts_afresh(
+        session: Any, kafka: KafkaCluster, topic_factory: Callable[..., str]) -> None:
+    first, second, target = (topic_factory(partitions=2) for _ in range(3))
+    with Producer({"bootstrap.servers": kafka.bootstrap()}) as producer:
+        for i in range(1200):
+            producer.send(first if i < 600 else second, f"row-{i}".encode(), partition=i % 2)
+        producer.flush()
+    prefix = f"shared-{uuid.uuid4().hex[:8]}"
+    _stream(session, kafka, first, target, transactionalIdPrefix=prefix)  # batches 0..1
+    # A new checkpoint, the same prefix: the old query's intent (batch 1) is not this
+    # query's, whose batches 0 and 1 must be written, not skipped as replays.
+    _stream(session, kafka, second, target, transactionalIdPrefix=prefix)
+    got = read_all(kafka.bootstrap(), target, read_committed=True, expect=1200)
+    assert sorted(int(r.value[4:]) for r in got) == list(range(1200))
+    assert _open_transactions(kafka.bootstrap(), prefix) == []
+
+
 @pytest.mark.parametrize(("select", "options", "message"), [
     (["CAST(id AS STRING) AS key"], {}, "Required attribute 'value' not found"),
     (["id AS value"], {}, "value attribute unsupported type bigint. value must be a(n) string "

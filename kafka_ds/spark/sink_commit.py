@@ -73,14 +73,16 @@ class BatchCommit:
             message if isinstance(message, SinkCommitMessage) else None
             for message in messages]
         known = [message for message in self.messages if message is not None]
+        # Only tasks learn the streaming query id from Spark; when none reported, a local
+        # checkpoint still has it.
+        self.query_id = known[0].query_id if known else (
+            query_id_from_checkpoint(options.checkpoint_location) if batch_id is not None
+            else None)
         self.sink_id = sink_id or options.transactional_id_prefix or (
-            known[0].sink_id if known else None)
-        if self.sink_id is None and batch_id is not None:
-            query_id = query_id_from_checkpoint(options.checkpoint_location)
-            self.sink_id = default_sink_id(query_id) if query_id else None
+            known[0].sink_id if known else None) or (
+            default_sink_id(self.query_id) if self.query_id else None)
         runs = {message.run_id for message in known}
         self.run_id = runs.pop() if len(runs) == 1 else None
-        self.query_id = known[0].query_id if known else None
 
     @property
     def streaming(self) -> bool:
@@ -107,7 +109,7 @@ class BatchCommit:
         skipped = [m for m in self.messages if m is not None and m.outcome is TaskOutcome.SKIPPED]
         with _connect(self.options) as cluster:
             store = self._store(cluster)
-            previous = store.latest() if store is not None else None
+            previous = store.latest(self.query_id) if store is not None else None
             if skipped:
                 self._roll_forward(cluster, previous, prepared)
             elif prepared:
@@ -258,7 +260,7 @@ class BatchCommit:
         failed = [index for index, message in enumerate(self.messages) if message is None]
         with _connect(self.options) as cluster:
             store = self._store(cluster)
-            previous = store.latest() if store is not None else None
+            previous = store.latest(self.query_id) if store is not None else None
             if previous is not None and self.batch_id is not None and \
                     previous.batch_id >= self.batch_id:
                 log.warning("pykafka sink %s: batch %d failed after its commit was decided; "

@@ -102,8 +102,22 @@ class IntentStore:
         self.topic = topic
         self.sink_id = sink_id
 
-    def latest(self, timeout_ms: int = 30_000) -> CommitIntent | None:
-        """The sink's last intent, or None if it never wrote one (or the topic is absent)."""
+    def latest(self, query_id: str | None, timeout_ms: int = 30_000) -> CommitIntent | None:
+        """The last intent of query ``query_id`` under this sink id, or None if there is none.
+
+        An intent of another query (a new checkpoint, or another query, with the same
+        transactionalIdPrefix) is not this query's: its batch ids mean nothing here, so it
+        is ignored (with a warning). ``query_id`` None accepts any.
+        """
+        intent = self._last(timeout_ms)
+        if intent is not None and query_id is not None and intent.query_id != query_id:
+            log.warning("pykafka sink %s: the intent topic %r holds the last intent of query "
+                        "%s (batch %d), not of this query %s: this query starts afresh",
+                        self.sink_id, self.topic, intent.query_id, intent.batch_id, query_id)
+            return None
+        return intent
+
+    def _last(self, timeout_ms: int) -> CommitIntent | None:
         tp = TopicPartition(self.topic, 0)
         try:
             self.cluster.topic(self.topic, timeout_ms=timeout_ms)

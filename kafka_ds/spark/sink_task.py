@@ -100,7 +100,7 @@ def write_task(batches: Iterable[pa.RecordBatch], options: SinkOptions, columns:
                 "id and would abort the transaction of the attempt Spark keeps. Set "
                 "spark.speculation=false, or the option deliveryGuarantee=at-least-once")
         sink_id = sink_id or options.transactional_id_prefix or default_sink_id(task.query_id)
-        if task.batch_id is not None and _batch_decided(options, sink_id, task.batch_id):
+        if task.batch_id is not None and _batch_decided(options, sink_id, task):
             for _ in batches:  # the input must still be consumed
                 pass
             log.info("pykafka sink %s: batch %d is a replay whose commit was decided; task %d"
@@ -143,19 +143,20 @@ def _message(outcome: TaskOutcome, sink_id: str, task: TaskInfo, started: float,
         write_ms=int((time.monotonic() - started) * 1000))
 
 
-def _batch_decided(options: SinkOptions, sink_id: str, batch_id: int) -> bool:
-    """Whether the sink's last commit intent is for ``batch_id`` or a later batch."""
+def _batch_decided(options: SinkOptions, sink_id: str, task: TaskInfo) -> bool:
+    """Whether the query's last commit intent is for the task's batch or a later one."""
+    assert task.batch_id is not None
     cluster = _cluster(options.properties)
     try:
         intent = IntentStore(cluster, options.properties, options.intent_topic_for(sink_id),
-                             sink_id).latest()
+                             sink_id).latest(task.query_id)
     except KafkaOptionError:
         raise
     except KafkaDsError:
         _clusters.pop(_key(options.properties), None)
         cluster.close()
         raise
-    return intent is not None and intent.batch_id >= batch_id
+    return intent is not None and intent.batch_id >= task.batch_id
 
 
 def _key(properties: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
