@@ -91,22 +91,73 @@ def _write(writer: str, df: Any, bootstrap: str, topic: str, codec: str) -> None
     out.mode("append").save()
 
 
-def _scenario(spark: Any, admin: Any, bootstrap: str, rows: int, size: int, codec: str,
-              partitions: int, runs: int) -> dict[str, float]:
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
+
+
+def _cpu_s(pid: int, children: bool = True) -> float:
+    """CPU seconds of ``pid`` (and of its children it reaped): utime, stime, cutime, cstime."""
+    fields = _stat(pid)
+    if not fields:
+        return 0.0
+    ticks = [int(value) for value in fields[11:15]]
+    return sum(ticks if children else ticks[:2]) / _TICK
+
+
+def _descendants(root: int) -> list[int]:
+    parents = {int(p.name): int(fields[1]) for p in Path("/proc").iterdir()
+               if p.name.isdigit() and (fields := _stat(int(p.name)))}
+    found, frontier = [], [root]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+class CpuMeter:
+    """CPU seconds spent by the broker, the Spark JVM and its Python workers: where the time
+    of a write goes on a machine where all three share the cores."""
+
+    def __init__(self, spark: Any, broker_pid: int | None) -> None:
+        self.jvm_pid = spark.sparkContext._gateway.proc.pid
+        self.broker_pid = broker_pid
+
+    def sample(self) -> dict[str, float]:
+        return {"broker": _cpu_s(self.broker_pid) if self.broker_pid else 0.0,
+                "jvm": _cpu_s(self.jvm_pid, children=False),
+                "python": sum(_cpu_s(pid) for pid in _descendants(self.jvm_pid))}
+
+
+def _scenario(spark: Any, admin: Any, meter: CpuMeter, bootstrap: str, rows: int, size: int,
+              codec: str, partitions: int, runs: int) -> dict[str, Any]:
     df = _input(spark, rows, size, partitions)
     topic = f"bench-sink-{size}-{codec}-{uuid.uuid4().hex[:6]}"
     admin.create_topic(topic, partitions)
     rates: dict[str, list[float]] = {writer: [] for writer in WRITERS}
+    cpu: dict[str, list[dict[str, float]]] = {writer: [] for writer in WRITERS}
     _write("eos", df.limit(1000), bootstrap, topic, codec)  # warm up both paths
     _write("jvm", df.limit(1000), bootstrap, topic, codec)
     for _ in range(runs):
         for writer in WRITERS:
+            before = meter.sample()
             started = time.perf_counter()
             _write(writer, df, bootstrap, topic, codec)
             rates[writer].append(rows / (time.perf_counter() - started))
+            after = meter.sample()
+            cpu[writer].append({k: (after[k] - before[k]) * 1e6 / rows for k in after})
     df.unpersist()
     admin.delete_topics([topic])
-    return {writer: statistics.median(values) for writer, values in rates.items()}
+    out: dict[str, Any] = {writer: statistics.median(values) for writer, values in rates.items()}
+    out["cpu_us_per_row"] = {writer: {k: statistics.median(sample[k] for sample in samples)
+                                      for k in samples[0]} for writer, samples in cpu.items()}
+    return out
 
 
 def _commit_latency(spark: Any, admin: Any, bootstrap: str, batches: int, log: Path) -> None:
@@ -220,10 +271,12 @@ def main() -> int:
         spark.dataSource.register(_noop_source())
         with Admin.from_properties({"bootstrap.servers": bootstrap}) as admin:
             results = []
+            broker = cluster._procs[cluster.node_ids[0]].pid if cluster is not None else None
+            meter = CpuMeter(spark, broker)
             for size in args.sizes:
                 rows = args.rows if size <= 100 else max(args.rows // 4, 1)
                 for codec in args.codecs:
-                    medians = _scenario(spark, admin, bootstrap, rows, size, codec,
+                    medians = _scenario(spark, admin, meter, bootstrap, rows, size, codec,
                                         args.partitions, args.runs)
                     results.append((size, codec, rows, medians))
                     _print_row(size, codec, rows, medians)
@@ -232,7 +285,7 @@ def main() -> int:
             for size, codec, rows, medians in results:
                 _print_row(size, codec, rows, medians)
             print(json.dumps([{"size": s, "codec": c, "rows": r, **m}
-                              for s, c, r, m in results]))
+                              for s, c, r, m in results], default=float))
             if args.commit_batches:
                 _commit_latency(spark, admin, bootstrap, args.commit_batches, log)
             if args.profile:
@@ -243,12 +296,16 @@ def main() -> int:
     return 0
 
 
-def _print_row(size: int, codec: str, rows: int, medians: dict[str, float]) -> None:
+def _print_row(size: int, codec: str, rows: int, medians: dict[str, Any]) -> None:
     jvm = medians["jvm"]
     print(f"{size:>5} B {codec:>5} {rows:>8} rows | jvm {jvm / 1e6:5.2f} M/s | eos "
           f"{medians['eos'] / 1e6:5.2f} M/s ({medians['eos'] / jvm:4.2f}x) | alo "
           f"{medians['alo'] / 1e6:5.2f} M/s ({medians['alo'] / jvm:4.2f}x) | noop "
           f"{medians['noop'] / 1e6:5.2f} M/s", flush=True)
+    cpu = medians["cpu_us_per_row"]
+    print("        CPU us/row (broker / Spark JVM / Python workers): " + " | ".join(
+        f"{writer} {cpu[writer]['broker']:.2f} / {cpu[writer]['jvm']:.2f} / "
+        f"{cpu[writer]['python']:.2f}" for writer in WRITERS), flush=True)
 
 
 if __name__ == "__main__":

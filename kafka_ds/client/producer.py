@@ -327,8 +327,10 @@ class Producer:
                 if txn is not None:
                     txn.record_count += encoded.record_count
             touched.append(batch)
-            # The batch is full by construction: a sleeping sender should send it now.
-            self._sender.client.wakeup()
+            # The batch is full by construction: a sleeping sender should send it now (a busy
+            # one finds it on its next round, without the syscall).
+            if self._sender.polling:
+                self._sender.client.wakeup()
         return BulkFuture(touched, count)
 
     def _append_many(self, topic: str, meta: TopicMeta, partition: int | None,

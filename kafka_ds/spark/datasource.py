@@ -172,8 +172,8 @@ class PyKafkaDataSource(DataSource):
       aborts it. Default 15 minutes, or the broker's ``transaction.max.timeout.ms`` if lower;
       a value above that maximum fails the query at start.
     - ``failOnDataLoss`` (true): see "limits".
-    - ``maxRowsPerSend`` (200000): input rows gathered before they are partitioned, encoded
-      and handed to the producer at once.
+    - ``maxRowsPerSend`` (200000): Spark's Arrow batches are gathered up to this many rows
+      (or 4 MiB) before they are partitioned, encoded and handed to the producer at once.
 
     **How exactly-once works.** Each task writes its rows in a Kafka transaction of its own
     (transactional id ``<prefix>-<partition id>``), waits for every acknowledgement, and

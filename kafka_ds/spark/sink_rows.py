@@ -1,12 +1,12 @@
 """From Spark's Arrow batches to ``Producer.send_arrow``: the sink's hot path.
 
 Layer: spark. Spark hands the writer ``pyarrow.RecordBatch``es of the DataFrame (10,000 rows
-each by default, ``spark.sql.execution.arrow.maxRecordsPerBatch``). They are gathered up to
-``maxRowsPerSend`` rows, so that each partition's share makes a few large Kafka batches, and
-sent column by column: values and keys as the binary/string arrays Spark sent (strings are
-their UTF-8 bytes already, so a zero-copy cast), headers as the list array, timestamps as
-int64 milliseconds, partitions as int64. Rows are split by topic only when a ``topic`` column
-names several. No Python object is made per row.
+each by default, ``spark.sql.execution.arrow.maxRecordsPerBatch``). Small ones are gathered
+up to ``maxRowsPerSend`` rows or 4 MiB, so that each partition's share makes large Kafka
+batches, and sent column by column: values and keys as the binary/string arrays Spark sent
+(strings are their UTF-8 bytes already, so a zero-copy cast), headers as the list array,
+timestamps as int64 milliseconds, partitions as int64. Rows are split by topic only when a
+``topic`` column names several. No Python object is made per row.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from kafka_ds.protocol.arrow_batches import describe_rows
 from kafka_ds.spark.sink_messages import SinkWriteError
 from kafka_ds.spark.sink_options import InputColumns
 
-# Gathered input is sent once it holds this many bytes, whatever its rows.
-_MAX_GATHER_BYTES = 32 * 1024 * 1024
+# Gathered input is sent once it holds this many bytes, whatever its rows: joining costs a
+# copy into fresh memory, whose page faults cost more than the copy itself on small VMs, so
+# only small batches (of small rows) are joined.
+_MAX_GATHER_BYTES = 4 * 1024 * 1024
 
 
 class RowWriter:
