@@ -5,8 +5,8 @@ driver once every task succeeded, in a fresh Python worker each time: nothing su
 memory from one call to the next, so every decision is read back from Kafka. Exactly-once::
 
     commit(B):
-      tasks all SKIPPED (a replay whose intent exists) -> roll forward: EndTxn(commit) for every
-          transaction the intent of B records, then done
+      the query's last intent is for B (a replay: its tasks SKIPPED) -> roll forward:
+          EndTxn(commit) for every transaction that intent records, then step 4
       otherwise, for the PREPARED tasks' transactions:
       1. check they are all still open with the task's epoch (DescribeTransactions). One that
          is not (timed out, fenced by a zombie attempt) -> abort the others, raise
@@ -16,7 +16,8 @@ memory from one call to the next, so every decision is read back from Kafka. Exa
          1 and 3, or during a restart that outlived transaction.timeout.ms) -> SinkDataLossError
       4. after a restart (a new run id) or with fewer partitions than before: abort
          transactions still open under the prefix that nobody will finish
-         (ListTransactions, else the ids the last intent says were used)
+         (ListTransactions, else the ids the last intent says were used); and the ids of
+         EMPTY tasks on a retry (an earlier attempt may have written before it failed)
     abort(B):
       the intent of B exists -> the commit was decided: leave its transactions to the
           roll-forward of the replay (aborting them would lose part of a decided batch)
@@ -106,11 +107,11 @@ class BatchCommit:
     def _commit_transactions(self) -> None:
         started = time.monotonic()
         prepared = self._prepared()
-        skipped = [m for m in self.messages if m is not None and m.outcome is TaskOutcome.SKIPPED]
         with _connect(self.options) as cluster:
             store = self._store(cluster)
             previous = store.latest(self.query_id) if store is not None else None
-            if skipped:
+            if previous is not None and self.batch_id is not None and \
+                    previous.batch_id >= self.batch_id:
                 self._roll_forward(cluster, previous, prepared)
             elif prepared:
                 tokens = [message.token for message in prepared if message.token is not None]
@@ -129,6 +130,7 @@ class BatchCommit:
                                            tokens))
                     fault_point("commit:after-intent", batch_id=self.batch_id)
                 self._commit_all(cluster, tokens, prepared)
+            self._fence_retried_empty(cluster)
             if self.streaming and self._restarted_or_shrunk(previous):
                 self.abort_lingering(cluster, previous)
         log.info("pykafka sink %s: committed %s (%d transactions, %d records) in %.0f ms",
@@ -142,20 +144,16 @@ class BatchCommit:
         return IntentStore(cluster, self.options.properties,
                            self.options.intent_topic_for(self.sink_id), self.sink_id)
 
-    def _roll_forward(self, cluster: Cluster, previous: CommitIntent | None,
+    def _roll_forward(self, cluster: Cluster, previous: CommitIntent,
                       prepared: list[SinkCommitMessage]) -> None:
+        """The batch's commit was decided by an earlier run: finish it, write nothing new."""
         batch_id = self.batch_id
         assert batch_id is not None
         if prepared:  # cannot happen: the intent existed before any task of the replay ran
             self._end(cluster, [m.token for m in prepared if m.token is not None], False)
-            raise KafkaDsError(f"pykafka sink {self.sink_id}: batch {batch_id} has tasks that "
-                               "skipped (its commit was decided) and tasks that wrote; the "
-                               "latter were aborted. Restart the query")
-        if previous is None or previous.batch_id < batch_id:
-            raise KafkaDsError(
-                f"pykafka sink {self.sink_id}: the tasks of batch {batch_id} found its commit "
-                "intent, but the driver does not (was the intent topic "
-                f"{self.options.intent_topic_for(self.sink_id)!r} deleted or rewritten?)")
+            raise KafkaDsError(f"pykafka sink {self.sink_id}: batch {batch_id} was decided "
+                               "before, yet some of its tasks wrote again; their transactions "
+                               "were aborted. Restart the query")
         if previous.batch_id > batch_id:
             return  # committed, and a later batch too: nothing left to do
         log.warning("pykafka sink %s: batch %d is a replay of a batch whose commit was decided"
@@ -227,6 +225,14 @@ class BatchCommit:
             if self.options.fail_on_data_loss:
                 raise error
             log.error("%s (failOnDataLoss=false: going on)", error)
+
+    def _fence_retried_empty(self, cluster: Cluster) -> None:
+        """An empty task touches no broker: if an earlier attempt of it failed after writing,
+        what that attempt left open under the partition's id is aborted here."""
+        for message in self.messages:
+            if message is not None and message.outcome is TaskOutcome.EMPTY and \
+                    message.attempt > 0:
+                self._fence(cluster, f"{self.sink_id}-{message.partition_id}")
 
     def _abort_quietly(self, cluster: Cluster, tokens: list[TransactionToken]) -> None:
         try:

@@ -9,6 +9,7 @@ Exactly-once (the protocol is in ``sink_commit``)::
     [streaming] read the sink's last commit intent: if it covers this batch, the batch is a
         replay whose commit was already decided -> write nothing, do NOT InitProducerId (it
         would abort the transactions the driver is about to roll forward), return SKIPPED
+    no rows at all: return EMPTY, touching no broker
     producer with transactional.id = <prefix>-<partition id>
     InitProducerId: fences any older attempt of this partition and aborts what it left open
     send every row inside the transaction; wait for every acknowledgement
@@ -23,6 +24,7 @@ thread and a few round trips to the brokers.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -100,6 +102,18 @@ def write_task(batches: Iterable[pa.RecordBatch], options: SinkOptions, columns:
                 "id and would abort the transaction of the attempt Spark keeps. Set "
                 "spark.speculation=false, or the option deliveryGuarantee=at-least-once")
         sink_id = sink_id or options.transactional_id_prefix or default_sink_id(task.query_id)
+    else:
+        sink_id = sink_id or options.transactional_id_prefix or (
+            default_sink_id(task.query_id) if task.query_id else "pykafka")
+    # A task with no rows touches no broker: many empty shuffle partitions cost nothing. (The
+    # driver aborts what an earlier, failed attempt of such a task may have left open.)
+    rows = (batch for batch in batches if batch.num_rows)
+    first = next(rows, None)
+    if first is None:
+        return _message(TaskOutcome.EMPTY if options.exactly_once else TaskOutcome.SENT,
+                        sink_id, task, started)
+    batches = itertools.chain([first], rows)
+    if options.exactly_once:
         if task.batch_id is not None and _batch_decided(options, sink_id, task):
             for _ in batches:  # the input must still be consumed
                 pass
@@ -109,8 +123,6 @@ def write_task(batches: Iterable[pa.RecordBatch], options: SinkOptions, columns:
         properties = options.producer_properties(f"{sink_id}-{task.partition_id}",
                                                  transaction_timeout_ms)
     else:
-        sink_id = sink_id or options.transactional_id_prefix or (
-            default_sink_id(task.query_id) if task.query_id else "pykafka")
         properties = options.producer_properties(None, None)
     producer = _producer(properties)
     try:
