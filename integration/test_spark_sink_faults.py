@@ -99,13 +99,13 @@ def test_expired_transactions_fail_loudly_and_lose_nothing_silently(
     assert crash.output(read_committed=False) == []
     # Batch 1 stalls before its commit is decided: its transactions expire, the commit
     # aborts the batch and says nothing of it is visible; a restart writes it again.
-    crash.arm({"point": "commit:start", "batch": 1, "action": "sleep", "seconds": 15})
+    crash.arm({"point": "commit:start", "batch": 1, "action": "sleep", "seconds": 10})
     result = crash.run()
     assert result.returncode != 0
     assert "did not commit batch 1" in result.stderr and "nothing of it is visible" in \
         result.stderr
     # Batch 2 stalls after its commit was decided: its transactions expire, data is lost.
-    crash.arm({"point": "commit:after-intent", "batch": 2, "action": "sleep", "seconds": 15})
+    crash.arm({"point": "commit:after-intent", "batch": 2, "action": "sleep", "seconds": 10})
     result = crash.run()
     assert result.returncode != 0
     assert "data loss in the pykafka sink" in result.stderr and "batch 2" in result.stderr
