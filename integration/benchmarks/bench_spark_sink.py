@@ -23,13 +23,16 @@ and prints median rows/s and the ratios ``eos/jvm`` and ``alo/jvm``. Rows go to 
 ``--commit-batches N`` then runs a streaming query (Kafka in, pykafka exactly-once out, N
 micro-batches) and reports the driver's commit time per micro-batch, read from the sink's own
 log lines (intent read and write, EndTxn for every transaction, checks), beside Spark's
-``addBatch`` (write + commit). ``--profile`` runs one task's write path outside Spark under
-cProfile (the same Arrow batches Spark hands the writer) and prints where the time goes.
+``addBatch`` (write + commit) and the tasks' phases (waiting for input, intent read,
+InitProducerId, sending, waiting for the last acknowledgements). ``--profile`` runs one
+task's write path outside Spark under cProfile (the same Arrow batches Spark hands the
+writer) and prints where the time goes.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -42,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 WRITERS = ["jvm", "eos", "alo", "noop"]
-_COMMIT_LINE = re.compile(r"committed batch (\d+) \((\d+) transactions.*\) in (\d+) ms")
+_COMMIT_LINE = re.compile(r"committed batch (\d+) \((\d+) transactions, \d+ records\) in "
+                          r"(\d+) ms; slowest task by phase \(ms\): (\{.*\})")
 
 
 def _noop_source() -> Any:
@@ -181,7 +185,9 @@ def _commit_latency(spark: Any, admin: Any, bootstrap: str, batches: int, log: P
              .option("checkpointLocation", tempfile.mkdtemp(prefix="bench-commit-"))
              .trigger(availableNow=True).start())
     query.awaitTermination()
-    commits = {int(m.group(1)): int(m.group(3)) for m in _COMMIT_LINE.finditer(log.read_text())}
+    matches = list(_COMMIT_LINE.finditer(log.read_text()))
+    commits = {int(m.group(1)): int(m.group(3)) for m in matches}
+    phases = {int(m.group(1)): ast.literal_eval(m.group(4)) for m in matches}
     add_batch = {p["batchId"]: p["durationMs"].get("addBatch", 0) for p in query.recentProgress}
     steady = sorted(commits)[1:]  # batch 0 also creates the intent topic and a Python worker
     values = [commits[b] for b in steady]
@@ -191,6 +197,10 @@ def _commit_latency(spark: Any, admin: Any, bootstrap: str, batches: int, log: P
           f"{commits.get(0)} ms)")
     print(f"  Spark addBatch (write + commit): median "
           f"{statistics.median(add_batch[b] for b in steady if b in add_batch):.0f} ms")
+    names = list(phases[steady[0]])
+    print("  slowest task per batch, by phase (median ms): " + ", ".join(
+        f"{name} {statistics.median(phases[b].get(name, 0) for b in steady):.0f}"
+        for name in names))
 
 
 def _profile(bootstrap: str, admin: Any, size: int, codec: str) -> None:

@@ -133,9 +133,10 @@ class BatchCommit:
             self._fence_retried_empty(cluster)
             if self.streaming and self._restarted_or_shrunk(previous):
                 self.abort_lingering(cluster, previous)
-        log.info("pykafka sink %s: committed %s (%d transactions, %d records) in %.0f ms",
-                 self.sink_id, self._what(), len(prepared),
-                 sum(m.record_count for m in prepared), (time.monotonic() - started) * 1000)
+        log.info("pykafka sink %s: committed %s (%d transactions, %d records) in %.0f ms; "
+                 "slowest task by phase (ms): %s", self.sink_id, self._what(), len(prepared),
+                 sum(m.record_count for m in prepared), (time.monotonic() - started) * 1000,
+                 _slowest_phases(self.messages))
 
     def _store(self, cluster: Cluster) -> IntentStore | None:
         if not self.streaming:
@@ -331,6 +332,14 @@ def query_id_from_checkpoint(location: str | None) -> str | None:
             return str(json.loads(metadata.readline())["id"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _slowest_phases(messages: Sequence[SinkCommitMessage | None]) -> dict[str, int]:
+    slowest: dict[str, int] = {}
+    for message in messages:
+        for phase, ms in message.phases_ms if message is not None else ():
+            slowest[phase] = max(slowest.get(phase, 0), ms)
+    return slowest
 
 
 def _connect(options: SinkOptions) -> Cluster:

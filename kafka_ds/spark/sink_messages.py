@@ -36,7 +36,9 @@ class SinkCommitMessage(WriterCommitMessage):
     run_id: str | None
     record_count: int = 0
     token: TransactionToken | None = None
-    write_ms: int = 0  # time the task spent in write(), for the commit's log line
+    # (phase, ms) of the task: input (waiting for Spark's first rows), intent, init
+    # (InitProducerId), send (encode and hand over), acks (the wait for the last ones)
+    phases_ms: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,6 @@ def default_sink_id(query_id: str | None) -> str:
 def write_task(batches: Iterable[pa.RecordBatch], options: SinkOptions, columns: InputColumns,
                sink_id: str | None, transaction_timeout_ms: int) -> SinkCommitMessage:
     """The whole of one task's write (see the module docstring)."""
-    started = time.monotonic()
     task = TaskInfo.current()
     if options.exactly_once:
         if task.speculation:
@@ -107,19 +106,23 @@ def write_task(batches: Iterable[pa.RecordBatch], options: SinkOptions, columns:
             default_sink_id(task.query_id) if task.query_id else "pykafka")
     # A task with no rows touches no broker: many empty shuffle partitions cost nothing. (The
     # driver aborts what an earlier, failed attempt of such a task may have left open.)
+    clock = _Phases()
     rows = (batch for batch in batches if batch.num_rows)
     first = next(rows, None)
+    clock.lap("input")
     if first is None:
         return _message(TaskOutcome.EMPTY if options.exactly_once else TaskOutcome.SENT,
-                        sink_id, task, started)
+                        sink_id, task, clock)
     batches = itertools.chain([first], rows)
     if options.exactly_once:
-        if task.batch_id is not None and _batch_decided(options, sink_id, task):
+        decided = task.batch_id is not None and _batch_decided(options, sink_id, task)
+        clock.lap("intent")
+        if decided:
             for _ in batches:  # the input must still be consumed
                 pass
             log.info("pykafka sink %s: batch %d is a replay whose commit was decided; task %d"
                      " writes nothing", sink_id, task.batch_id, task.partition_id)
-            return _message(TaskOutcome.SKIPPED, sink_id, task, started)
+            return _message(TaskOutcome.SKIPPED, sink_id, task, clock)
         properties = options.producer_properties(f"{sink_id}-{task.partition_id}",
                                                  transaction_timeout_ms)
     else:
@@ -129,30 +132,46 @@ def write_task(batches: Iterable[pa.RecordBatch], options: SinkOptions, columns:
         if options.exactly_once:
             producer.init_transactions()
             producer.begin_transaction()
+            clock.lap("init")
         writer = RowWriter(producer, columns, options.topic, options.max_rows_per_send)
         count = writer.write(batches)
+        clock.lap("send")
         fault_point("task:after-produce", batch_id=task.batch_id,
                     partition=task.partition_id, attempt=task.attempt)
         writer.wait()
         token = producer.prepare_transaction() if options.exactly_once else None
+        clock.lap("acks")
     except BaseException:
         _discard(properties)
         raise
     fault_point("task:after-prepare", batch_id=task.batch_id, partition=task.partition_id,
                 attempt=task.attempt)
     if token is None:
-        return _message(TaskOutcome.SENT, sink_id, task, started, count)
+        return _message(TaskOutcome.SENT, sink_id, task, clock, count)
     outcome = TaskOutcome.EMPTY if token.is_empty else TaskOutcome.PREPARED
-    return _message(outcome, sink_id, task, started, count, token)
+    return _message(outcome, sink_id, task, clock, count, token)
 
 
-def _message(outcome: TaskOutcome, sink_id: str, task: TaskInfo, started: float,
+class _Phases:
+    """Milliseconds spent in each phase of the task, for the driver's log line."""
+
+    def __init__(self) -> None:
+        self.laps: list[tuple[str, int]] = []
+        self._last = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps.append((name, int((now - self._last) * 1000)))
+        self._last = now
+
+
+def _message(outcome: TaskOutcome, sink_id: str, task: TaskInfo, clock: _Phases,
              count: int = 0, token: object = None) -> SinkCommitMessage:
     return SinkCommitMessage(
         outcome=outcome, sink_id=sink_id, partition_id=task.partition_id, attempt=task.attempt,
         batch_id=task.batch_id, query_id=task.query_id, run_id=task.run_id,
         record_count=count, token=token,  # type: ignore[arg-type]
-        write_ms=int((time.monotonic() - started) * 1000))
+        phases_ms=tuple(clock.laps))
 
 
 def _batch_decided(options: SinkOptions, sink_id: str, task: TaskInfo) -> bool:

@@ -115,7 +115,8 @@ def test_intent_record_round_trips_and_keeps_the_partition_high_water_mark() -> 
 
 
 def test_messages_and_errors_survive_pickling() -> None:
-    message = SinkCommitMessage(TaskOutcome.PREPARED, "p", 3, 1, 9, "q", "r", 1200, TOKEN, 40)
+    message = SinkCommitMessage(TaskOutcome.PREPARED, "p", 3, 1, 9, "q", "r", 1200, TOKEN,
+                                (("init", 12), ("send", 40)))
     assert pickle.loads(pickle.dumps(message)) == message
     lost = [LostTransaction("p-3", 3, TOKEN.partitions, 1200, "EndTxn(commit) answered "
                                                              "INVALID_TXN_STATE")]
