@@ -32,19 +32,20 @@ take steps 1 and 3 only: there is no replay to serve.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from kafka_ds.client.admin import Admin
 from kafka_ds.client.cluster import Cluster
-from kafka_ds.client.config import ClientConfig
 from kafka_ds.client.transactions import end_transactions, fence_transactional_id
 from kafka_ds.protocol.errors import BrokerError, ErrorCode, KafkaDsError
 from kafka_ds.protocol.txn_state import LOST_CODES, TransactionToken
+from kafka_ds.spark import sink_pool
 from kafka_ds.spark.sink_faults import armed, fault_point
 from kafka_ds.spark.sink_intent import CommitIntent, IntentStore, intent_for
 from kafka_ds.spark.sink_messages import (
@@ -107,7 +108,7 @@ class BatchCommit:
     def _commit_transactions(self) -> None:
         started = time.monotonic()
         prepared = self._prepared()
-        with _connect(self.options) as cluster:
+        with _pooled(self.options) as cluster:
             store = self._store(cluster)
             previous = store.latest(self.query_id) if store is not None else None
             if previous is not None and self.batch_id is not None and \
@@ -265,7 +266,7 @@ class BatchCommit:
                         self._what())
             return
         failed = [index for index, message in enumerate(self.messages) if message is None]
-        with _connect(self.options) as cluster:
+        with _pooled(self.options) as cluster:
             store = self._store(cluster)
             previous = store.latest(self.query_id) if store is not None else None
             if previous is not None and self.batch_id is not None and \
@@ -342,8 +343,15 @@ def _slowest_phases(messages: Sequence[SinkCommitMessage | None]) -> dict[str, i
     return slowest
 
 
-def _connect(options: SinkOptions) -> Cluster:
-    return Cluster.connect(ClientConfig.from_properties(options.properties))
+@contextlib.contextmanager
+def _pooled(options: SinkOptions) -> Iterator[Cluster]:
+    """The commit worker's kept connection (Spark reuses the worker for later commits);
+    dropped after an error, so the next commit reconnects."""
+    try:
+        yield sink_pool.cluster(options.properties)
+    except BaseException:
+        sink_pool.discard_cluster(options.properties)
+        raise
 
 
 def _lost(partition_id: int, token: TransactionToken, cause: str) -> LostTransaction:

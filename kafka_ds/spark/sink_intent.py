@@ -34,9 +34,9 @@ from kafka_ds.client.admin import Admin
 from kafka_ds.client.cluster import Cluster, UnknownTopicError
 from kafka_ds.client.fetcher import Fetcher
 from kafka_ds.client.offsets import latest_offsets
-from kafka_ds.client.producer import Producer
 from kafka_ds.protocol.txn_state import TransactionToken
 from kafka_ds.protocol.types import TopicPartition
+from kafka_ds.spark import sink_pool
 from kafka_ds.spark.options import KafkaOptionError
 
 log = logging.getLogger(__name__)
@@ -146,11 +146,15 @@ class IntentStore:
                  if key not in ("transactional.id", "transaction.timeout.ms")}
         props.update({"acks": "all", "enable.idempotence": "true", "linger.ms": "0",
                       "compression.type": "zstd"})
-        with Producer(props) as producer:
+        producer = sink_pool.producer(props)  # the commit worker keeps it for later batches
+        try:
             future = producer.send(self.topic, intent.to_json(),
                                    key=self.sink_id.encode("utf-8"), partition=0)
             producer.flush(timeout_ms)
             future.result(timeout_ms / 1000)
+        except BaseException:
+            sink_pool.discard_producer(props)
+            raise
 
     def _ensure_topic(self, timeout_ms: int) -> None:
         try:

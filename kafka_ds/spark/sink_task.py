@@ -18,8 +18,7 @@ Exactly-once (the protocol is in ``sink_commit``)::
 At-least-once: an idempotent producer without transactions; send, wait, return SENT.
 
 Producers (and the connections of the intent read) are kept per Python worker process and
-reused by later tasks, as Spark's JVM sink keeps its producers per executor: a new one costs a
-thread and a few round trips to the brokers.
+reused by later tasks (``sink_pool``).
 """
 
 from __future__ import annotations
@@ -27,17 +26,13 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from kafka_ds.client.cluster import Cluster
-from kafka_ds.client.config import ClientConfig
-from kafka_ds.client.producer import Producer
 from kafka_ds.protocol.errors import KafkaDsError
-from kafka_ds.protocol.txn_state import TxnState
+from kafka_ds.spark import sink_pool
 from kafka_ds.spark.options import KafkaOptionError
 from kafka_ds.spark.sink_faults import fault_point
 from kafka_ds.spark.sink_intent import IntentStore
@@ -47,9 +42,6 @@ from kafka_ds.spark.sink_rows import RowWriter
 
 log = logging.getLogger(__name__)
 
-_MAX_CACHED = 32
-_producers: OrderedDict[tuple[tuple[str, str], ...], Producer] = OrderedDict()
-_clusters: dict[tuple[tuple[str, str], ...], Cluster] = {}
 
 
 @dataclass(frozen=True)
@@ -127,7 +119,7 @@ def write_task(batches: Iterable[pa.RecordBatch], options: SinkOptions, columns:
                                                  transaction_timeout_ms)
     else:
         properties = options.producer_properties(None, None)
-    producer = _producer(properties)
+    producer = sink_pool.producer(properties)
     try:
         if options.exactly_once:
             producer.init_transactions()
@@ -142,7 +134,7 @@ def write_task(batches: Iterable[pa.RecordBatch], options: SinkOptions, columns:
         token = producer.prepare_transaction() if options.exactly_once else None
         clock.lap("acks")
     except BaseException:
-        _discard(properties)
+        sink_pool.discard_producer(properties)
         raise
     fault_point("task:after-prepare", batch_id=task.batch_id, partition=task.partition_id,
                 attempt=task.attempt)
@@ -177,57 +169,12 @@ def _message(outcome: TaskOutcome, sink_id: str, task: TaskInfo, clock: _Phases,
 def _batch_decided(options: SinkOptions, sink_id: str, task: TaskInfo) -> bool:
     """Whether the query's last commit intent is for the task's batch or a later one."""
     assert task.batch_id is not None
-    cluster = _cluster(options.properties)
     try:
-        intent = IntentStore(cluster, options.properties, options.intent_topic_for(sink_id),
-                             sink_id).latest(task.query_id)
+        intent = IntentStore(sink_pool.cluster(options.properties), options.properties,
+                             options.intent_topic_for(sink_id), sink_id).latest(task.query_id)
     except KafkaOptionError:
         raise
     except KafkaDsError:
-        _clusters.pop(_key(options.properties), None)
-        cluster.close()
+        sink_pool.discard_cluster(options.properties)
         raise
     return intent is not None and intent.batch_id >= task.batch_id
-
-
-def _key(properties: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(properties.items()))
-
-
-def _cluster(properties: Mapping[str, str]) -> Cluster:
-    key = _key(properties)
-    cluster = _clusters.get(key)
-    if cluster is None:
-        cluster = _clusters[key] = Cluster.connect(ClientConfig.from_properties(properties))
-    return cluster
-
-
-def _producer(properties: Mapping[str, str]) -> Producer:
-    """A producer for these properties, reused from an earlier task of this worker if any."""
-    key = _key(properties)
-    producer = _producers.pop(key, None)
-    if producer is not None and producer.transaction_state is TxnState.FATAL_ERROR:
-        producer.close(0)
-        producer = None
-    if producer is None:
-        producer = Producer(properties)
-    _producers[key] = producer  # most recently used last
-    while len(_producers) > _MAX_CACHED:
-        _, oldest = _producers.popitem(last=False)
-        oldest.close(0)
-    return producer
-
-
-def _discard(properties: Mapping[str, str]) -> None:
-    """Drop a producer whose task failed: abort what it can, close it (a retry starts clean)."""
-    producer = _producers.pop(_key(properties), None)
-    if producer is None:
-        return
-    try:
-        if producer.transaction_state in (TxnState.IN_TRANSACTION, TxnState.PREPARED,
-                                          TxnState.ABORTABLE_ERROR):
-            producer.abort_transaction(10_000)
-    except Exception as exc:  # the retry's InitProducerId aborts it anyway
-        log.info("could not abort the failed task's transaction (the retry will): %s", exc)
-    finally:
-        producer.close(0)
