@@ -60,6 +60,22 @@ def read_all(bootstrap: str, topic: str, *, read_committed: bool = False,
         consumer.close()
 
 
+def read_committed(bootstrap: str, topic: str, expect: int,
+                   timeout_s: float = 60.0) -> list[ReadRecord]:
+    """``read_all`` at read_committed until ``expect`` records are visible (or time is up).
+
+    A committed transaction becomes visible when its markers are written, a moment after
+    EndTxn answered: a read right after a commit may stop early at the last stable offset.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = read_all(bootstrap, topic, read_committed=True, expect=expect,
+                           timeout_s=max(deadline - time.monotonic(), 1.0))
+        if len(records) >= expect or time.monotonic() >= deadline:
+            return records
+        time.sleep(0.2)
+
+
 def confluent_partitions(bootstrap: str, topic: str, keys: list[bytes]) -> list[int]:
     """The partition librdkafka's Java-compatible partitioner (murmur2_random) picks per key,
     from the delivery reports of real sends."""

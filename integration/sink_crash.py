@@ -22,7 +22,7 @@ from typing import Any
 from integration.harness.cluster import KafkaCluster
 from integration.harness.jars import fetch_spark_kafka_jars
 from integration.harness.spark import SPARK_CONF_DIR
-from integration.producer_util import ReadRecord, read_all
+from integration.producer_util import ReadRecord, read_all, read_committed
 from kafka_ds.client.admin import Admin
 from kafka_ds.client.producer import Producer
 
@@ -103,9 +103,14 @@ class CrashRun:
             return []
         return [json.loads(line) for line in log.read_text().splitlines()]
 
-    def output(self, *, read_committed: bool = True) -> list[ReadRecord]:
-        return read_all(self.kafka.bootstrap(), self.output_topic,
-                        read_committed=read_committed, timeout_s=60)
+    def output(self, *, committed: bool = True, expect: int | None = None) -> list[ReadRecord]:
+        """The output topic: at read_committed (until ``expect`` records, default one per
+        input row, are visible: the last commit's markers may still be on their way), or all
+        of it at read_uncommitted."""
+        if committed:
+            return read_committed(self.kafka.bootstrap(), self.output_topic,
+                                  self.rows if expect is None else expect, timeout_s=60)
+        return read_all(self.kafka.bootstrap(), self.output_topic, timeout_s=60)
 
     def counts(self, records: list[ReadRecord]) -> Counter[str]:
         return Counter(r.value.decode() for r in records if r.value is not None)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from integration.harness.cluster import KafkaCluster
-from integration.producer_util import confluent_partitions, read_all
+from integration.producer_util import confluent_partitions, read_all, read_committed
 from kafka_ds.client.producer import Producer, complete_transaction
 from kafka_ds.protocol.arrow_batches import HEADERS_TYPE
 from kafka_ds.protocol.errors import BrokerError
@@ -114,7 +114,7 @@ def test_transactional_records_wait_for_the_commit(kafka: KafkaCluster,
     assert read_all(bootstrap, topic, read_committed=True, timeout_s=3) == []
     assert complete_transaction({"bootstrap.servers": bootstrap}, token, commit=True) == \
         "committed"
-    assert len(read_all(bootstrap, topic, read_committed=True, expect=500)) == 500
+    assert len(read_committed(bootstrap, topic, 500)) == 500
 
 
 def test_broker_errors_for_many_records_are_summarised(

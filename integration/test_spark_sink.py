@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from integration.harness.cluster import KafkaCluster
-from integration.producer_util import confluent_partitions, read_all
+from integration.producer_util import confluent_partitions, read_all, read_committed
 from kafka_ds.client.admin import Admin
 from kafka_ds.client.producer import Producer
 from kafka_ds.spark import PyKafkaDataSource
@@ -99,7 +99,7 @@ def test_batch_write_every_codec(session: Any, kafka: KafkaCluster,
     topic = topic_factory(partitions=3)
     _write(_rows_df(session, 3000), kafka.bootstrap(), topic=topic,
            **{"kafka.compression.type": codec})
-    _check(read_all(kafka.bootstrap(), topic, read_committed=True, expect=3000),
+    _check(read_committed(kafka.bootstrap(), topic, 3000),
            _expected(kafka, topic_factory, 3000, 3))
 
 
@@ -132,7 +132,7 @@ def test_batch_write_on_a_transactions_v1_broker(session: Any, kafka_tv1: KafkaC
                                                  topic_factory: Callable[..., str]) -> None:
     topic = topic_factory(partitions=3, cluster=kafka_tv1)
     _write(_rows_df(session, 2000), kafka_tv1.bootstrap(), topic=topic)
-    _check(read_all(kafka_tv1.bootstrap(), topic, read_committed=True, expect=2000),
+    _check(read_committed(kafka_tv1.bootstrap(), topic, 2000),
            _expected(kafka_tv1, topic_factory, 2000, 3))
 
 
@@ -191,7 +191,7 @@ def test_streaming_copy_keeps_every_record_in_place(
     assert query.exception() is None
     assert len(query.recentProgress) >= 3  # several micro-batches, each its own transactions
     expected = read_all(kafka.bootstrap(), source, expect=1500)
-    got = read_all(kafka.bootstrap(), target, read_committed=True, expect=1500)
+    got = read_committed(kafka.bootstrap(), target, 1500)
 
     def content(records: list[Any]) -> list[tuple[Any, ...]]:
         return [(r.partition, r.key, r.value, r.headers, r.timestamp_ms) for r in records]
@@ -229,7 +229,7 @@ def test_a_new_query_reusing_a_prefix_starts_afresh(
     # A new checkpoint, the same prefix: the old query's intent (batch 1) is not this
     # query's, whose batches 0 and 1 must be written, not skipped as replays.
     _stream(session, kafka, second, target, transactionalIdPrefix=prefix)
-    got = read_all(kafka.bootstrap(), target, read_committed=True, expect=1200)
+    got = read_committed(kafka.bootstrap(), target, 1200)
     assert sorted(int(r.value[4:]) for r in got) == list(range(1200))
     assert _open_transactions(kafka.bootstrap(), prefix) == []
 
@@ -347,7 +347,7 @@ def test_a_failed_batch_write_leaves_nothing_visible_or_open(
     # Nothing holds the last stable offset back: a later write is readable at once.
     _write(session.range(10).selectExpr("CAST(id AS STRING) AS value"), kafka.bootstrap(),
            topic=topic)
-    after = read_all(kafka.bootstrap(), topic, read_committed=True, timeout_s=30, expect=10)
+    after = read_committed(kafka.bootstrap(), topic, 10)
     assert sorted(int(r.value) for r in after) == list(range(10))
 
 
@@ -373,7 +373,7 @@ def test_a_failed_micro_batch_leaves_nothing_visible_or_open(
             query.awaitTermination(300)
     finally:
         session.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    committed = read_all(kafka.bootstrap(), target, read_committed=True, expect=1000)
+    committed = read_committed(kafka.bootstrap(), target, 1000)
     assert sorted(int(r.value[4:]) for r in committed) == list(range(1000))  # batch 0 only
     assert len(read_all(kafka.bootstrap(), target)) > 1000  # batch 1 was sent, then aborted
     assert _open_transactions(kafka.bootstrap(), f"pykafka-{query.id}") == []

@@ -83,7 +83,7 @@ def test_at_least_once_loses_nothing_under_the_same_faults(kafka: KafkaCluster,
     assert result.returncode == 0, result.stderr[-3000:]
     assert _fired(crash) == [("commit:start", 0), ("commit:end", 1),
                              ("task:after-produce", 2)]
-    counts = crash.counts(crash.output(read_committed=False))
+    counts = crash.counts(crash.output(committed=False))
     assert set(counts) == crash.expected()  # every row at least once
     print(f"at-least-once: {sum(counts.values()) - len(counts)} duplicates after the faults")
 
@@ -96,7 +96,7 @@ def test_expired_transactions_fail_loudly_and_lose_nothing_silently(
     result = crash.run(spark_conf={"spark.speculation": "true"})
     assert result.returncode != 0
     assert "cannot run with spark.speculation=true" in result.stderr
-    assert crash.output(read_committed=False) == []
+    assert crash.output(committed=False) == []
     # Batch 1 stalls before its commit is decided: its transactions expire, the commit
     # aborts the batch and says nothing of it is visible; a restart writes it again.
     crash.arm({"point": "commit:start", "batch": 1, "action": "sleep", "seconds": 10})
@@ -118,7 +118,7 @@ def test_expired_transactions_fail_loudly_and_lose_nothing_silently(
     assert result.returncode != 0 and "data loss in the pykafka sink" in result.stderr
     result = crash.run(sink_options={"failOnDataLoss": "false"})
     assert result.returncode == 0, result.stderr[-3000:]
-    counts = crash.counts(crash.output())
+    counts = crash.counts(crash.output(expect=6_000))
     assert all(count == 1 for count in counts.values())  # never twice
     missing = crash.expected() - set(counts)
     lost = {f"row-{i}" for i in range(4_000, 6_000)}  # batch 2: rows 4000..5999
