@@ -87,9 +87,9 @@ class SinkDataLossError(KafkaDsError):
         records = sum(item.record_count for item in lost)
         super().__init__(
             f"data loss in the pykafka sink {sink_id!r}, {what}: {len(lost)} transaction(s) "
-            f"holding {records} records were aborted by Kafka before they could be committed,"
-            f" so those records are lost while the rest of the batch is committed. "
-            f"{_lost_lines(lost)}. Usual cause: the commit came later than "
+            f"holding {records} records were aborted by Kafka before they could be committed:"
+            " those records are lost (the batch's other transactions, if any, are committed)."
+            f" {_lost_lines(lost)}. Usual cause: the commit came later than "
             "kafka.transaction.timeout.ms after the transaction began (a long stall or a "
             "restart that took too long); raise it (up to the broker's "
             "transaction.max.timeout.ms). To accept the loss and go on, restart with "
