@@ -107,8 +107,10 @@ def write_task(batches: Iterable[pa.RecordBatch], options: SinkOptions, columns:
                         sink_id, task, clock)
     batches = itertools.chain([first], rows)
     if options.exactly_once:
-        decided = task.batch_id is not None and _batch_decided(options, sink_id, task)
-        clock.lap("intent")
+        decided = False
+        if task.batch_id is not None:
+            decided = _batch_decided(options, sink_id, task)
+            clock.lap("intent")
         if decided:
             for _ in batches:  # the input must still be consumed
                 pass
