@@ -130,6 +130,10 @@ class PyKafkaDataSource(DataSource):
         df.write.format("pykafka").option("kafka.bootstrap.servers", "broker1:9092") \\
             .option("topic", "snapshot").mode("append").save()   # all rows, or none
 
+    Batch writes need ``.mode("append")``: Spark runs Python data sources in Append or
+    Overwrite mode only (its default, ErrorIfExists, is refused before the sink is asked),
+    and Overwrite is refused as by ``format("kafka")``.
+
     Input columns, matched by exact name as Spark's sink does (other columns are ignored):
 
     - ``value`` (required): string or binary. Null writes a null value (a tombstone).

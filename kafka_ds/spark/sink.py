@@ -105,10 +105,13 @@ def create_stream_writer(options: Mapping[str, str], schema: StructType,
 
 def create_batch_writer(options: Mapping[str, str], schema: StructType,
                         overwrite: bool) -> PyKafkaBatchWriter:
-    """The writer of ``df.write.format("pykafka")``: mode append only, as Spark's sink."""
+    """The writer of ``df.write.format("pykafka")``: mode append only (Spark's sink also takes
+    ErrorIfExists, which Spark does not offer Python data sources)."""
     if overwrite:
-        raise KafkaOptionError("Save mode Overwrite not allowed for Kafka. Allowed save modes "
-                               "are Append and ErrorIfExists (default).")
+        raise KafkaOptionError("Save mode Overwrite not allowed for Kafka: use "
+                               ".mode(\"append\") (Spark runs Python data sources in Append or "
+                               "Overwrite mode only, so Spark's default ErrorIfExists is not "
+                               "available either)")
     sink_options = parse_sink_options(options)
     columns = input_columns(schema, sink_options)
     timeout_ms = startup_checks(sink_options)
