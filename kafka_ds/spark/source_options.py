@@ -20,6 +20,8 @@ Options that are ours, not the JVM connector's (all optional):
   read by one task, over one fetch session. 0 turns merging off; ``minPartitions`` does too.
 * ``fetcherPool.capacity`` (16) and ``fetcherPool.idleTimeoutMs`` (300000): the per-Python-
   worker pool of broker connections kept between tasks.
+* ``workerGcFreeze`` (true): freeze the Python worker's long-lived objects out of the cyclic
+  garbage collector once (``gc.freeze``), see ``source.freeze_worker_heap``.
 """
 
 from __future__ import annotations
@@ -136,6 +138,7 @@ class SourceOptions:
     merge_ranges_below_offsets: int = 5000
     pool_capacity: int = 16
     pool_idle_timeout_ms: int = 300_000
+    worker_gc_freeze: bool = True
 
     @property
     def isolation_level(self) -> int:
@@ -441,4 +444,5 @@ def parse_source_options(raw_options: Mapping[str, str], mode: Mode = "any") -> 
         merge_ranges_below_offsets=5000 if merge_below is None else merge_below,
         pool_capacity=pool_capacity or 16,
         pool_idle_timeout_ms=pool_idle or 300_000,
+        worker_gc_freeze=_bool(options, "workergcfreeze", "workerGcFreeze", True),
     )
