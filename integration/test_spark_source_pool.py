@@ -16,7 +16,7 @@ from integration.fetch_helpers import produce_values
 from integration.harness.cluster import KafkaCluster
 from integration.harness.proxy import ProxiedKafkaCluster
 from integration.spark_source_util import unique_name, wait_for_rows, wait_until
-from kafka_ds.client.fetcher import Fetcher, OffsetRange
+from kafka_ds.client.fetcher import OffsetRange
 from kafka_ds.spark.fetcher_pool import FetcherPool
 from kafka_ds.spark.source import KafkaInputPartition, read_partition
 
@@ -39,8 +39,8 @@ def filled_topic(kafka: KafkaCluster, topic: str) -> str:
 
 
 def _read(pool: FetcherPool, props: dict[str, str], topic: str) -> int:
-    with pool.lease(props) as cluster:
-        return sum(b.num_rows for b in Fetcher(cluster).read_arrow([(topic, 0, 0, 100)]))
+    with pool.lease(props) as fetcher:
+        return sum(b.num_rows for b in fetcher.read_arrow([(topic, 0, 0, 100)]))
 
 
 def test_reads_reuse_one_connection_set_and_close_all_releases_it(
@@ -59,12 +59,38 @@ def test_reads_reuse_one_connection_set_and_close_all_releases_it(
     assert _sockets() == before
 
 
+def test_tasks_continue_the_pooled_fetch_session(kafka: KafkaCluster, filled_topic: str) -> None:
+    """The next task on a worker continues the broker's fetch session incrementally: no
+    full request opens it and no close request ends it per task."""
+    pool = FetcherPool(capacity=4, idle_timeout_ms=60_000)
+    props = {"bootstrap.servers": kafka.bootstrap()}
+    before = _sockets()
+    with pool.lease(props) as fetcher:
+        assert sum(b.num_rows for b in fetcher.read_arrow([(filled_topic, 0, 0, 50)])) == 50
+        assert fetcher.sent_requests[0].is_full and fetcher.open_sessions == 1
+    for start in (50, 75):
+        with pool.lease(props) as again:
+            assert again is fetcher
+            rows = sum(b.num_rows for b in again.read_arrow([(filled_topic, 0, start,
+                                                              start + 25)]))
+            assert rows == 25
+            assert not any(s.is_full for s in again.sent_requests)
+    assert (fetcher.metrics.full_requests, fetcher.metrics.session_resets) == (1, 0)
+    assert all(s.request.session_epoch != -1 for s in fetcher.sent_requests)
+    loop = fetcher._loop
+    assert loop is not None
+    pool.close_all()  # closes the session (epoch -1) and the sockets
+    assert fetcher.open_sessions == 0
+    assert loop.sent_requests[-1].request.session_epoch == -1
+    assert _sockets() == before
+
+
 def test_a_failed_read_closes_its_connection(kafka: KafkaCluster, filled_topic: str) -> None:
     pool = FetcherPool()
     props = {"bootstrap.servers": kafka.bootstrap()}
     before = _sockets()
-    with pytest.raises(RuntimeError), pool.lease(props) as cluster:
-        next(Fetcher(cluster).read_arrow([(filled_topic, 0, 0, 100)]))
+    with pytest.raises(RuntimeError), pool.lease(props) as fetcher:
+        next(fetcher.read_arrow([(filled_topic, 0, 0, 100)]))
         raise RuntimeError("the task failed half-way")
     assert pool.metrics.closed_on_error == 1 and pool.idle_count() == 0
     assert _sockets() == before

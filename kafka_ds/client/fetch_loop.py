@@ -5,6 +5,13 @@ mechanism. One ``FetchLoop`` serves one read (a set of offset ranges) and is dri
 iterating ``run``, which yields ``(TopicPartition, RecordColumns)`` per decoded chunk and
 ``(tp, None)`` just before it must wait for the network (the caller's cue to flush output).
 
+Fetch sessions (one per broker) are closed when a read ends, or with ``keep_sessions`` left
+open in ``sessions`` (owned by the ``Fetcher``) for its next read: that read's first request
+to a broker is then incremental (its partitions and positions as changes, the previous
+read's partitions as forgotten) instead of a full request, and no close round trip ends each
+read. A session the broker evicted meanwhile answers FETCH_SESSION_ID_NOT_FOUND and is
+opened again with a full request (below); nothing is lost, as positions only move on data.
+
 Error handling, per partition unless said otherwise:
 
 * NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION,
@@ -104,6 +111,9 @@ class FetchLoop:
     metrics: FetchMetrics
     include_headers: bool
     sent_requests: deque[SentFetch] = field(default_factory=lambda: deque(maxlen=1000))
+    # Fetch sessions by node id: shared with the owner's next reads when ``keep_sessions``.
+    sessions: dict[int, FetchSession] = field(default_factory=dict)
+    keep_sessions: bool = False
 
     def __post_init__(self) -> None:
         self.client = self.cluster.client
@@ -119,6 +129,7 @@ class FetchLoop:
         # Responses a broker may have queued or decoding when its next request goes out.
         self._max_buffered = max(1, threads)
         self._responses = 0
+        self._ended = False  # a later read took the sessions over: this one must not resume
 
     # --- the driver ------------------------------------------------------------------------
 
@@ -131,6 +142,10 @@ class FetchLoop:
         idle = False
         try:
             while True:
+                if self._ended:
+                    raise KafkaDsError("this read was abandoned and a later read on the same "
+                                       "Fetcher took over its fetch sessions: read to the end "
+                                       "(or close) one read before starting the next")
                 self._dispatch()
                 if queue and self._take_head(queue[0]):
                     chunk = queue.popleft()
@@ -155,7 +170,7 @@ class FetchLoop:
             queue.clear()
             if self._decoder is not None:
                 self._decoder.shutdown(wait=True, cancel_futures=True)
-            self.close_sessions()
+            self.end()
 
     def _take_head(self, head: Chunk) -> bool:
         """Hand the head chunk out now, or first take in more responses while it decodes?"""
@@ -217,10 +232,17 @@ class FetchLoop:
                 continue
             wanted.setdefault(part.node_id, {})[part.tp] = PartitionFetch(
                 part.position, max_bytes, part.topic_id, part.leader_epoch)
-        for node_id in set(wanted) | {n for n, node in self._nodes.items() if node.session.is_open}:
+        # A broker with nothing left to read gets its session closed, unless sessions are kept
+        # for the next read: then it is simply not asked (the next read forgets what it holds).
+        idle_sessions = () if self.keep_sessions else [
+            n for n, node in self._nodes.items() if node.session.is_open]
+        for node_id in set(wanted).union(idle_sessions):
             node = self._nodes.get(node_id)
             if node is None:
-                node = self._nodes[node_id] = BrokerFetch(node_id, FetchSession(node_id))
+                session = self.sessions.get(node_id)
+                if session is None:
+                    session = self.sessions[node_id] = FetchSession(node_id)
+                node = self._nodes[node_id] = BrokerFetch(node_id, session)
             if (node.in_flight is not None or node.retry_at_ms > now_ms
                     or len(node.buffered) > self._max_buffered):
                 continue
@@ -274,8 +296,33 @@ class FetchLoop:
             node.in_flight = (future, pending)
             self.sent_requests.append(SentFetch(node.node_id, version, True, pending.request))
 
+    def end(self) -> None:
+        """The read is over (done, failed or abandoned): close or keep its sessions."""
+        self._ended = True
+        if self.keep_sessions:
+            self.release_sessions()
+        else:
+            self.close_sessions()
+
+    def release_sessions(self) -> None:
+        """Leave the sessions open for the next read, sending nothing.
+
+        A session with a request still in flight (the read was abandoned) starts over: the
+        broker may or may not apply that request, so its epoch is unknown; the next request is
+        full and retires the session (``FetchSession.reset``). The stale answer, when it comes,
+        completes a future nobody waits for.
+        """
+        for node in self._nodes.values():
+            if node.in_flight is not None:
+                if not node.in_flight[1].is_close:
+                    node.session.reset(close_existing=True)
+                node.in_flight = None
+
     def close_sessions(self, timeout_ms: int = 2_000) -> None:
         """Close every open session (epoch -1) and wait briefly for the answers."""
+        for node_id, session in self.sessions.items():  # kept from earlier reads
+            if node_id not in self._nodes:
+                self._nodes[node_id] = BrokerFetch(node_id, session)
         for node in self._nodes.values():
             if node.in_flight is None and node.session.is_open:
                 try:
@@ -487,8 +534,14 @@ class FetchLoop:
             if not part.done and (part.tp in tps or part.node_id == node.node_id):
                 self._retry_later(part, error, now_ms)
 
-    def _locate(self, part: PartitionRead, now_ms: int) -> bool:
-        """Set the partition's node, leader epoch and topic id from metadata; False to wait."""
+    def _locate(self, part: PartitionRead, now_ms: int, *, looked_again: bool = False) -> bool:
+        """Set the partition's node, leader epoch and topic id from metadata; False to wait.
+
+        A partition the cached metadata lacks (it predates the partition: a connection kept
+        between reads, or a long read while partitions were added) is looked up again at
+        once; if fresh metadata lacks it too (a broker that has not heard of it yet), it is
+        retried like UNKNOWN_TOPIC_OR_PARTITION, within ``fetch.timeout.ms``.
+        """
         remaining_ms = self.config.fetch_timeout_ms - (now_ms - part.last_progress_ms)
         timeout_ms = max(1, min(self.client.config.request_timeout_ms, remaining_ms))
         try:
@@ -516,9 +569,14 @@ class FetchLoop:
             return False
         partition = info.partitions.get(part.tp.partition)
         if partition is None:
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                              f"{part.tp.topic} has no partition {part.tp.partition} "
-                              f"(it has {info.partition_count})")
+            if not looked_again:
+                self.cluster.invalidate()
+                return self._locate(part, now_ms, looked_again=True)
+            self._retry_later(part, BrokerError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"{part.tp.topic} has no partition {part.tp.partition} (it has "
+                f"{info.partition_count})"), now_ms)
+            return False
         if partition.leader_id < 0:
             self._retry_later(part, KafkaDsError(f"{part.tp} has no leader"), now_ms)
             return False

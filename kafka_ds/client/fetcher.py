@@ -46,7 +46,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import NamedTuple
 
 import pyarrow as pa
 
@@ -55,6 +54,8 @@ from kafka_ds.client.config import ClientConfig
 from kafka_ds.client.fetch_config import FETCH_PROPERTIES, FetchConfig, FetchMetrics
 from kafka_ds.client.fetch_loop import FetchLoop
 from kafka_ds.client.fetch_state import SentFetch
+from kafka_ds.client.offset_range import OffsetRange
+from kafka_ds.protocol.fetch_session import FetchSession
 from kafka_ds.protocol.record_columns import (
     SPARK_SCHEMA,
     SPARK_SCHEMA_WITH_HEADERS,
@@ -75,19 +76,6 @@ __all__ = ["FETCH_PROPERTIES", "FetchConfig", "FetchMetrics", "Fetcher", "Offset
            "SentFetch", "read_arrow"]
 
 
-class OffsetRange(NamedTuple):
-    """``[start, end)`` of one partition: ``start`` is read, ``end`` is not."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-    @property
-    def topic_partition(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
-
-
 def _ranges(ranges: Iterable[OffsetRange | tuple[str, int, int, int]]) -> list[OffsetRange]:
     checked: list[OffsetRange] = []
     seen: set[TopicPartition] = set()
@@ -106,32 +94,54 @@ def _ranges(ranges: Iterable[OffsetRange | tuple[str, int, int, int]]) -> list[O
 
 
 class Fetcher:
-    """Reads offset ranges from a cluster. Single-threaded; reuse it for many reads.
+    """Reads offset ranges from a cluster. Single-threaded; reuse it for many reads, one at a
+    time (a read abandoned half-way is ended when the next one starts).
 
-    ``cluster`` is shared unless ``owns_cluster`` (``from_properties`` makes its own).
+    ``cluster`` is shared unless ``owns_cluster`` (``from_properties`` makes its own). With
+    ``keep_sessions`` the fetch session of each broker outlives a read: the next read
+    continues it incrementally (no close and no full request per read), as a consumer does
+    between polls; ``close`` ends them. Without it each read closes its sessions.
+    ``config`` may be replaced between reads.
     """
 
     def __init__(self, cluster: Cluster, config: FetchConfig | None = None, *,
-                 owns_cluster: bool = False) -> None:
+                 owns_cluster: bool = False, keep_sessions: bool = False) -> None:
         self.cluster = cluster
         self.config = config or FetchConfig()
         self.metrics = FetchMetrics()
         self._owns_cluster = owns_cluster
+        self._keep_sessions = keep_sessions
+        self._sessions: dict[int, FetchSession] = {}  # by node id, with keep_sessions
         self._loop: FetchLoop | None = None
 
     @classmethod
-    def from_properties(cls, properties: Mapping[str, str]) -> Fetcher:
+    def from_properties(cls, properties: Mapping[str, str], *,
+                        keep_sessions: bool = False) -> Fetcher:
         """A fetcher with its own connections, from Java-style client and fetch properties."""
         client_config = ClientConfig.from_properties(properties)
         fetch_config = FetchConfig.from_properties(properties)
-        return cls(Cluster.connect(client_config), fetch_config, owns_cluster=True)
+        return cls(Cluster.connect(client_config), fetch_config, owns_cluster=True,
+                   keep_sessions=keep_sessions)
 
-    def close(self) -> None:
-        if self._loop is not None:
-            self._loop.close_sessions()
-            self._loop = None
-        if self._owns_cluster:
-            self.cluster.close()
+    def close(self, session_timeout_ms: int = 2_000) -> None:
+        """Close the fetch sessions (waiting at most ``session_timeout_ms`` for the brokers'
+        answers: closing is a courtesy, a broker expires them anyway), then the cluster if
+        owned."""
+        try:
+            if self._loop is not None:
+                self._loop.end()
+                if self._keep_sessions:
+                    self._loop.close_sessions(session_timeout_ms)
+                self._loop = None
+                self._sessions.clear()
+        finally:
+            if self._owns_cluster:
+                self.cluster.close()
+
+    @property
+    def open_sessions(self) -> int:
+        """Fetch sessions kept open for the next read (``keep_sessions``)."""
+        return sum(1 for session in self._sessions.values() if session.is_open)
 
     def __enter__(self) -> Fetcher:
         return self
@@ -150,8 +160,10 @@ class Fetcher:
     def _columns(self, ranges: Iterable[OffsetRange | tuple[str, int, int, int]],
                  include_headers: bool) -> Iterator[tuple[TopicPartition, RecordColumns | None]]:
         if self._loop is not None:
-            self._loop.close_sessions()  # a previous read abandoned half-way
-        loop = FetchLoop(self.cluster, self.config, self.metrics, include_headers)
+            self._loop.end()  # ends a previous read abandoned half-way; else does nothing
+        loop = FetchLoop(self.cluster, self.config, self.metrics, include_headers,
+                         sessions=self._sessions if self._keep_sessions else {},
+                         keep_sessions=self._keep_sessions)
         self._loop = loop
         return loop.run(_ranges(ranges))
 

@@ -28,7 +28,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from kafka_ds.client.fetcher import OffsetRange
+from kafka_ds.client.offset_range import OffsetRange
 from kafka_ds.protocol.types import TopicPartition
 
 OffsetMap = dict[TopicPartition, int]

@@ -65,12 +65,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kafka_ds.client.fetch_config import FetchConfig
-from kafka_ds.client.fetcher import Fetcher, OffsetRange
+from kafka_ds.client.offset_range import OffsetRange
 from kafka_ds.protocol.errors import DataLossError
 from kafka_ds.protocol.types import TopicPartition
 from kafka_ds.spark import errors
-from kafka_ds.spark.fetcher_pool import worker_pool
 from kafka_ds.spark.offset_reader import OffsetReader
 from kafka_ds.spark.offsets_json import (
     EARLIEST,
@@ -181,19 +179,16 @@ def read_partition(properties: Mapping[str, str], include_headers: bool, pool_ca
                    pool_idle_timeout_ms: int, partition: KafkaInputPartition, *,
                    freeze_gc: bool = False) -> Iterator[pa.RecordBatch]:
     """The executor side of a task: Arrow batches of the partition's ranges."""
+    # Imported here: the planner process (driver side) never reads, and need not load the
+    # fetch engine and its decoders.
+    from kafka_ds.spark.fetcher_pool import worker_pool
+
     if freeze_gc:
         freeze_worker_heap()
     pool = worker_pool(pool_capacity, pool_idle_timeout_ms)
-    config = FetchConfig.from_properties(properties)
-    with pool.lease(properties) as cluster:
-        # A pooled connection's metadata may predate partitions or topics planned since (the
-        # driver saw them): refresh rather than fail on "no partition 2".
-        for r in partition.ranges:
-            known = cluster.topics.get(r.topic)
-            if known is None or r.partition not in known.partitions:
-                cluster.invalidate()
-                break
-        fetcher = Fetcher(cluster, config)
+    # A pooled fetcher's metadata may predate partitions planned since: the fetcher looks a
+    # partition it does not know up again (``FetchLoop._locate``).
+    with pool.lease(properties) as fetcher:
         try:
             yield from fetcher.read_arrow(partition.ranges, include_headers=include_headers)
         except DataLossError as exc:

@@ -42,12 +42,18 @@ class StubCluster(Cluster):
         self.answer: Any = None
         self.known_elsewhere: bool | None = False
         self.asked_everyone = 0
+        self.invalidated = 0
 
     def topic(self, name: str, timeout_ms: int | None = None) -> TopicInfo:
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        assert isinstance(self.answer, TopicInfo)
-        return self.answer
+        answer = self.answer.pop(0) if isinstance(self.answer, list) else self.answer
+        if isinstance(answer, Exception):
+            raise answer
+        assert isinstance(answer, TopicInfo)
+        return answer
+
+    def invalidate(self) -> None:
+        self.invalidated += 1
+        super().invalidate()
 
     def known_by_any_broker(self, name: str, timeout_ms: int | None = None) -> bool | None:
         self.asked_everyone += 1
@@ -137,6 +143,32 @@ def test_not_authorised_in_fetch_is_never_skipped(cluster: StubCluster) -> None:
     error = loop._queue[-1].error
     assert isinstance(error, TopicAuthorizationError) and "offset 40" in str(error)
     assert part.done and loop.metrics.offsets_skipped == 0
+
+
+def _without_partition_0() -> TopicInfo:
+    return TopicInfo("t", OLD_ID, {1: PartitionInfo("t", 1, 1, 5, (1,), (1,))})
+
+
+def test_a_partition_stale_metadata_lacks_is_looked_up_again_at_once(
+        cluster: StubCluster) -> None:
+    """Metadata cached before the partition was added (a pooled connection kept between
+    Spark tasks) must not fail the read: the partition is looked up again."""
+    loop, part = _loop(cluster)
+    cluster.answer = [_without_partition_0(), _info()]
+    assert loop._locate(part, loop.clock.monotonic_ms())
+    assert cluster.invalidated == 1 and cluster.answer == []
+    assert part.node_id == 1 and part.leader_epoch == 5 and not part.done
+
+
+def test_a_partition_fresh_metadata_lacks_too_is_retried_then_named_in_the_timeout(
+        cluster: StubCluster) -> None:
+    loop, part = _loop(cluster, fetch_timeout_ms=1)
+    cluster.answer = [_without_partition_0(), _without_partition_0()]
+    assert not loop._locate(part, loop.clock.monotonic_ms())  # no exception: wait and retry
+    assert not part.done and part.node_id == -1 and part.retry_at_ms > 0
+    assert loop.metrics.retries == 1
+    error = loop._stalled(part)
+    assert "t has no partition 0 (it has 1)" in str(error) and "fetch.timeout.ms" in str(error)
 
 
 def test_partitions_that_returned_data_go_last_in_the_next_request(
