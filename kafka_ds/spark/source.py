@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -154,22 +155,24 @@ _heap_frozen = False
 
 def freeze_worker_heap() -> bool:
     """Move what the Python worker holds now to the collector's permanent generation, once per
-    process (``gc.freeze``); True the first time.
+    process (``gc.freeze``); True when it did.
 
-    Spark's daemon-forked workers call ``gc.collect()`` after every task. A full collection
-    walks every object in the process (pyspark, pyarrow, numpy, pandas and kafka_ds modules:
-    about 90 000 objects) and measured 30-60 ms of CPU per task on a 2-core machine, on the
-    path of the next task on that worker: for micro-batches of a few tasks it cost more than
-    reading the rows. What exists when the first read starts is modules, classes and the
-    connection pool, which live as long as the worker; frozen, they are no longer walked, and
-    later collections only see what tasks create (about 0.1 ms). Frozen objects are still
-    freed by reference counting; only a reference cycle among them would never be reclaimed.
-    No collection is forced first: the daemon has just run one, and a worker that is not
-    reused (``spark.python.worker.reuse=false``) would pay it for nothing.
+    Spark's daemon-forked workers, when reused (``spark.python.worker.reuse``, on by default;
+    Spark then sets ``SPARK_REUSE_WORKER``), call ``gc.collect()`` after every task. A full
+    collection walks every object in the process (pyspark, pyarrow, numpy, pandas and kafka_ds
+    modules: about 100 000 objects) and measured 30-60 ms of CPU per task on a 2-core machine,
+    on the path of the worker's next task: for micro-batches of a few tasks it cost more than
+    reading their rows. Called when the worker's first read has finished, every module a read
+    needs is loaded; what is alive then (modules, classes, the connection pool) lives as long
+    as the worker. One collection first, so that no garbage is frozen; afterwards the daemon's
+    collections only walk what later tasks create. Frozen objects are still freed by reference
+    counting; only a reference cycle among them would never be reclaimed. A worker that is not
+    reused is never collected between tasks, and is left alone.
     """
     global _heap_frozen
-    if _heap_frozen:
+    if _heap_frozen or not os.environ.get("SPARK_REUSE_WORKER"):
         return False
+    gc.collect()
     gc.freeze()
     _heap_frozen = True
     return True
@@ -178,13 +181,12 @@ def freeze_worker_heap() -> bool:
 def read_partition(properties: Mapping[str, str], include_headers: bool, pool_capacity: int,
                    pool_idle_timeout_ms: int, partition: KafkaInputPartition, *,
                    freeze_gc: bool = False) -> Iterator[pa.RecordBatch]:
-    """The executor side of a task: Arrow batches of the partition's ranges."""
+    """The executor side of a task: Arrow batches of the partition's ranges; with
+    ``freeze_gc``, ``freeze_worker_heap`` once the read has finished."""
     # Imported here: the planner process (driver side) never reads, and need not load the
     # fetch engine and its decoders.
     from kafka_ds.spark.fetcher_pool import worker_pool
 
-    if freeze_gc:
-        freeze_worker_heap()
     pool = worker_pool(pool_capacity, pool_idle_timeout_ms)
     # A pooled fetcher's metadata may predate partitions planned since: the fetcher looks a
     # partition it does not know up again (``FetchLoop._locate``).
@@ -199,6 +201,8 @@ def read_partition(properties: Mapping[str, str], include_headers: bool, pool_ca
                 f"{exc.reason} (the log now starts at {exc.available_offset}). Set the "
                 "source option failOnDataLoss to false to skip missing offsets instead"
             ) from exc
+    if freeze_gc:
+        freeze_worker_heap()
 
 
 class _ReaderBase:

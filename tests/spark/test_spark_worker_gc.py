@@ -1,4 +1,5 @@
-"""The Python worker's heap is frozen out of the cyclic collector once (``workerGcFreeze``).
+"""The Python worker's heap is frozen out of the cyclic collector once (``workerGcFreeze``),
+in reused workers (``SPARK_REUSE_WORKER``, which Spark sets for them) only.
 
 Each check runs in a fresh interpreter: freezing is process-wide, and the test process must
 keep its own collector as it is.
@@ -6,6 +7,7 @@ keep its own collector as it is.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -15,9 +17,12 @@ from kafka_ds.spark.source_options import parse_source_options
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t"}
 
 
-def _run(code: str) -> str:
+def _run(code: str, *, reused: bool = True) -> str:
+    env = {key: value for key, value in os.environ.items() if key != "SPARK_REUSE_WORKER"}
+    if reused:
+        env["SPARK_REUSE_WORKER"] = "1"
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                            text=True, timeout=120, check=False)
+                            text=True, timeout=120, check=False, env=env)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
@@ -43,9 +48,18 @@ def test_the_first_read_freezes_the_heap_once_and_collections_then_skip_it() -> 
     assert out == "0 True False True True"
 
 
-def test_read_partition_freezes_only_when_asked() -> None:
-    # A partition-less task reads nothing (no broker needed), but the reader's first read in
-    # the worker is where the heap is frozen.
+def test_a_worker_that_is_not_reused_is_left_alone() -> None:
+    out = _run("""
+        import gc
+        from kafka_ds.spark import source
+        print(source.freeze_worker_heap(), gc.get_freeze_count())
+    """, reused=False)
+    assert out == "False 0"
+
+
+def test_read_partition_freezes_after_its_read_only_when_asked() -> None:
+    # A task without ranges reads nothing (no broker needed); the heap is frozen once the
+    # worker's read has finished.
     out = _run("""
         import gc
         from kafka_ds.spark.source import KafkaInputPartition, read_partition
