@@ -3,42 +3,62 @@
 Not a test: a script (``make bench-spark-source``) that starts a single-node Kafka, writes one
 topic per (value size, codec) with the broker's ProducerPerformance tool (4 partitions,
 distinct JSON-like values, no keys), starts one local[2] SparkSession with the JVM connector on
-its classpath, and for each topic measures, alternating the two formats within each round:
+its classpath, warms both formats up (a batch read and a stream), and for each topic measures,
+alternating the two formats within each round:
 
 - batch read: ``spark.read...load()`` aggregated over every column (lengths of key, value and
   topic, sums of partition, offset and timestampType, max timestamp), so every value is
   materialised; a ``count()`` would let Spark skip the columns;
 - streaming read: ``Trigger.AvailableNow`` over the whole topic in 4 micro-batches
-  (``maxOffsetsPerTrigger``), each aggregated the same way in ``foreachBatch``. Two figures:
-  ``stream`` from ``start()`` to the end of the query (a Python source pays Spark's start-up of
-  its planner process, about 2 s here, which the JVM connector does not), and
-  ``stream-in-triggers`` over the sum of the micro-batches' ``triggerExecution``;
+  (``maxOffsetsPerTrigger``), each aggregated the same way in ``foreachBatch``. Three figures:
+  ``stream`` from ``start()`` to the end of the query; ``stream-in-triggers`` over the sum of
+  the micro-batches' ``triggerExecution`` (the steady state of a long-running query); and
+  ``start_s``, from ``start()`` to the first trigger. A Python streaming source pays Spark's
+  start of a planner process per query there (a fresh interpreter that compiles pyspark from
+  ``pyspark.zip``, about 1 s of CPU here), which the JVM connector does not: it is a cost of
+  starting a query, not of reading, so it is reported apart rather than hidden or folded into
+  throughput alone;
 - per-micro-batch overhead: a stream over a 1-partition topic fed at a steady small rate
   (``--rate`` records/s), default trigger (back to back); the median ``triggerExecution`` of
-  batches that read something, and where it goes (latestOffset, queryPlanning, addBatch,
-  walCommit + commitOffsets).
+  batches that read something, where it goes (latestOffset, queryPlanning, addBatch,
+  walCommit + commitOffsets), and the CPU time per batch of all processes.
 
-Figures are medians of ``--runs`` rounds, records per second; ratios are ours / JVM.
+Besides records per second (wall clock), each run records the CPU time it cost, per process
+(``cpu_meter``: the Spark JVM with its reaped children, the live Python workers, the broker,
+the driver), as microseconds of CPU per row. On a machine shared with other work wall-clock
+ratios swing with the load; CPU per row much less, and on 2 busy cores throughput follows it.
+The load average is printed with each topic.
+
+Figures are medians of ``--runs`` rounds; ratios are ours / JVM (for CPU: JVM / ours, so that
+above 1 is better for us in both).
 
     .venv/bin/python integration/benchmarks/bench_spark_source.py
     .venv/bin/python integration/benchmarks/bench_spark_source.py --values 100 --codecs none
+    .venv/bin/python integration/benchmarks/bench_spark_source.py --py-spy /tmp/spy  # profile
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
 import uuid
+from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from integration.benchmarks.bench_fetcher import _payload_file
+from integration.benchmarks.cpu_meter import CpuMeter
 from integration.harness.cluster import KafkaCluster
 from integration.harness.jars import fetch_spark_kafka_jars
 from integration.harness.spark import spark_session
@@ -59,6 +79,20 @@ def _produce(cluster: KafkaCluster, topic: str, records: int, value_bytes: int,
         timeout_s=900, heap_mb=512)
 
 
+def _broker_pid(cluster: KafkaCluster) -> int | None:
+    """The broker's process: the java process whose command line names the cluster's dir."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "kafka.Kafka" in cmdline and str(cluster.work_dir) in cmdline:
+            return int(entry)
+    return None
+
+
 def _every_column(df: Any) -> list[Any]:
     from pyspark.sql import functions as F
 
@@ -67,24 +101,25 @@ def _every_column(df: Any) -> list[Any]:
                   F.sum("timestampType"), F.count(F.lit(1))).collect()
 
 
-def _batch(spark: Any, fmt: str, bootstrap: str, topic: str, records: int) -> float:
+def _batch(spark: Any, fmt: str, bootstrap: str, topic: str, records: int) -> dict[str, float]:
     started = time.perf_counter()
     df = (spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", topic).load())
     rows = _every_column(df)[0][-1]
     elapsed = time.perf_counter() - started
     assert rows == records, (fmt, rows, records)
-    return records / elapsed
+    return {"rps": records / elapsed}
 
 
-def _stream(spark: Any, fmt: str, bootstrap: str, topic: str,
-            records: int) -> tuple[float, float]:
-    """(records/s from query start to its end, records/s within the triggers)."""
+def _stream(spark: Any, fmt: str, bootstrap: str, topic: str, records: int) -> dict[str, float]:
+    """Records/s from query start to its end and within the triggers; seconds to the first
+    trigger."""
     seen = []
 
     def each_batch(df: Any, _batch_id: int) -> None:
         seen.append(_every_column(df)[0][-1])
 
+    started_wall = time.time()
     started = time.perf_counter()
     query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
              .option("subscribe", topic).option("startingOffsets", "earliest")
@@ -94,14 +129,17 @@ def _stream(spark: Any, fmt: str, bootstrap: str, topic: str,
     elapsed = time.perf_counter() - started
     assert query.exception() is None, query.exception()
     assert sum(seen) == records, (fmt, seen, records)
-    in_triggers_s = sum(p["durationMs"]["triggerExecution"] for p in query.recentProgress
+    progress = query.recentProgress
+    in_triggers_s = sum(p["durationMs"]["triggerExecution"] for p in progress
                         if p["numInputRows"]) / 1000
-    return records / elapsed, records / in_triggers_s
+    first_trigger = datetime.fromisoformat(progress[0]["timestamp"].replace("Z", "+00:00"))
+    return {"rps": records / elapsed, "in_triggers_rps": records / in_triggers_s,
+            "start_s": first_trigger.timestamp() - started_wall}
 
 
-def _overhead(spark: Any, cluster: KafkaCluster, fmt: str, batches: int,
+def _overhead(spark: Any, cluster: KafkaCluster, meter: CpuMeter, fmt: str, batches: int,
               rate: int) -> dict[str, float]:
-    """Median per-batch durations (ms) of a stream fed ``rate`` records/s."""
+    """Median per-batch durations (ms) of a stream fed ``rate`` records/s, and CPU per batch."""
     from confluent_kafka import Producer
 
     topic = f"bench-overhead-{fmt}-{uuid.uuid4().hex[:6]}"
@@ -123,23 +161,29 @@ def _overhead(spark: Any, cluster: KafkaCluster, fmt: str, batches: int,
     query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", cluster.bootstrap())
              .option("subscribe", topic).load()
              .writeStream.format("noop").start())
+    cpu_before: dict[str, float] = {}
+    measured_from = 0
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             done = [p for p in query.recentProgress if p["numInputRows"]]
+            if len(done) >= 3 and not cpu_before:  # warmed up: measure from here
+                cpu_before, measured_from = meter.snapshot(), len(query.recentProgress)
             if len(done) >= batches + 3:
                 break
             time.sleep(0.5)
+        cpu = CpuMeter.spent(cpu_before, meter.snapshot()) if cpu_before else {}
+        measured_batches = len(query.recentProgress) - measured_from
     finally:
         query.stop()
         stop.set()
         feeder.join(10)
-    progress = [p for p in query.recentProgress if p["numInputRows"]][3:]  # warmed up
+    progress = [p for p in query.recentProgress if p["numInputRows"]][3:]
 
     def median(key: str) -> float:
         return statistics.median(p["durationMs"].get(key, 0) for p in progress)
 
-    return {
+    figures = {
         "batches": len(progress),
         "rows_per_batch": statistics.median(p["numInputRows"] for p in progress),
         "trigger_ms": median("triggerExecution"),
@@ -150,6 +194,95 @@ def _overhead(spark: Any, cluster: KafkaCluster, fmt: str, batches: int,
                                      + p["durationMs"].get("commitOffsets", 0)
                                      for p in progress),
     }
+    if cpu and measured_batches > 0:
+        figures["cpu_ms_per_batch"] = round(1000 * sum(cpu.values()) / measured_batches, 1)
+    return figures
+
+
+class _PySpy:
+    """``py-spy record`` of the Python workers (daemon and forked workers) during one run."""
+
+    def __init__(self, out_dir: Path | None, meter: CpuMeter) -> None:
+        self.out_dir = out_dir
+        self.meter = meter
+        self.files: list[Path] = []
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, name: str) -> None:
+        exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        if self.out_dir is None or not Path(exe).exists():
+            return
+        daemons = self.meter.python_workers()
+        if not daemons:
+            return
+        out = self.out_dir / f"{name}.txt"
+        self.files.append(out)
+        self._proc = subprocess.Popen(
+            [exe, "record", "--pid", str(daemons[0]), "--subprocesses", "--format", "raw",
+             "--rate", "250", "--nonblocking", "--output", str(out)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # attached before the run starts
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGINT)
+            self._proc.wait(60)
+            self._proc = None
+
+    def summary(self, top: int = 25) -> list[tuple[float, str]]:
+        """Share of samples per frame (self time). ``manager (daemon.py:...)`` lines are
+        PySpark's daemon: its ``gc.collect()`` between two tasks of a reused worker shows
+        there."""
+        frames: Counter[str] = Counter()
+        for path in self.files:
+            if not path.exists():
+                continue
+            for line in path.read_text().splitlines():
+                stack, _, count = line.rpartition(" ")
+                leaf = stack.rsplit(";", 1)[-1]
+                if stack:
+                    frames[leaf] += int(count)
+        total = sum(frames.values()) or 1
+        return [(100 * count / total, frame) for frame, count in frames.most_common(top)]
+
+
+def _measure(meter: CpuMeter, read: Any, spark: Any, fmt: str, bootstrap: str, topic: str,
+             records: int) -> dict[str, Any]:
+    """One read, with the CPU time it cost per row."""
+    before = meter.snapshot()
+    figures: dict[str, Any] = read(spark, fmt, bootstrap, topic, records)
+    cpu = CpuMeter.spent(before, meter.snapshot())
+    if cpu:
+        figures["cpu_us_per_row"] = 1e6 * sum(cpu.values()) / records
+        figures["cpu_s"] = {key: round(value, 2) for key, value in cpu.items()}
+    return figures
+
+
+def _row(mode: str, size: int, codec: str, records: int,
+         runs: dict[str, list[dict[str, Any]]], key: str) -> dict[str, Any]:
+    ours = statistics.median(r[key] for r in runs["pykafka"])
+    jvm = statistics.median(r[key] for r in runs["kafka"])
+    row: dict[str, Any] = {"mode": mode, "value_bytes": size, "codec": codec,
+                           "records": records, "pykafka_rps": round(ours),
+                           "kafka_rps": round(jvm), "ratio": round(ours / jvm, 2),
+                           "runs": {fmt: [round(r[key]) for r in runs[fmt]] for fmt in FORMATS}}
+    if key == "rps" and all("cpu_us_per_row" in r for fmt in FORMATS for r in runs[fmt]):
+        cpu = {fmt: statistics.median(r["cpu_us_per_row"] for r in runs[fmt]) for fmt in FORMATS}
+        row["cpu_us_per_row"] = {fmt: round(value, 3) for fmt, value in cpu.items()}
+        row["cpu_ratio"] = round(cpu["kafka"] / cpu["pykafka"], 2)
+        row["cpu_s"] = {fmt: [r["cpu_s"] for r in runs[fmt]] for fmt in FORMATS}
+    return row
+
+
+def _print_row(row: dict[str, Any]) -> None:
+    line = (f"{row['mode']:18} {row['value_bytes']:5} B {row['codec']:5}  "
+            f"pykafka {row['pykafka_rps'] / 1e6:6.3f} M/s  kafka {row['kafka_rps'] / 1e6:6.3f} "
+            f"M/s  ratio {row['ratio']:5.2f}")
+    if "cpu_ratio" in row:
+        cpu = row["cpu_us_per_row"]
+        line += (f"   cpu/row {cpu['pykafka']:.2f} vs {cpu['kafka']:.2f} us  "
+                 f"cpu ratio {row['cpu_ratio']:5.2f}")
+    print(line, flush=True)
 
 
 def main() -> int:
@@ -161,16 +294,25 @@ def main() -> int:
     parser.add_argument("--records-1k", type=int, default=600_000,
                         help="records per topic for values of 500 bytes or more")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--modes", default="batch,stream", help="batch and/or stream")
     parser.add_argument("--overhead-batches", type=int, default=20)
     parser.add_argument("--rate", type=int, default=200, help="records/s for the overhead run")
     parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--py-spy", type=Path, default=None,
+                        help="record the Python workers of our runs with py-spy into this dir "
+                             "(dev extra) and print the top frames")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
 
     sizes = [int(v) for v in args.values.split(",")]
     codecs = args.codecs.split(",")
-    results: dict[str, Any] = {"throughput": [], "overhead": {}}
+    modes = args.modes.split(",")
+    results: dict[str, Any] = {"throughput": [], "overhead": {}, "load_average": []}
+    if args.py_spy is not None:
+        args.py_spy.mkdir(parents=True, exist_ok=True)
     with KafkaCluster(nodes=1) as cluster:
+        meter = CpuMeter(_broker_pid(cluster))
+        spy = _PySpy(args.py_spy, meter)
         topics = {}
         for size in sizes:
             for codec in codecs:
@@ -181,37 +323,55 @@ def main() -> int:
                 topics[(size, codec)] = (topic, records)
         spark = spark_session(fetch_spark_kafka_jars(), app_name="bench_spark_source")
         bootstrap = cluster.bootstrap()
-        # Warm both formats up once (JVM classes, Python workers) before measuring.
+        # Warm both formats up once (JVM classes and JIT, Python workers), batch and stream.
         warm_topic, warm_records = next(iter(topics.values()))
         for fmt in FORMATS:
             _batch(spark, fmt, bootstrap, warm_topic, warm_records)
+            if "stream" in modes:
+                _stream(spark, fmt, bootstrap, warm_topic, warm_records)
         for (size, codec), (topic, records) in topics.items():
-            modes = ("batch", "stream", "stream-in-triggers")
-            runs: dict[str, dict[str, list[float]]] = {
+            load = os.getloadavg()[0]
+            results["load_average"].append(round(load, 2))
+            print(f"-- {size} B {codec}: load average {load:.2f}", flush=True)
+            runs: dict[str, dict[str, list[dict[str, Any]]]] = {
                 mode: {fmt: [] for fmt in FORMATS} for mode in modes}
-            for _ in range(args.runs):
-                for fmt in FORMATS:
-                    runs["batch"][fmt].append(_batch(spark, fmt, bootstrap, topic, records))
-                for fmt in FORMATS:
-                    whole, in_triggers = _stream(spark, fmt, bootstrap, topic, records)
-                    runs["stream"][fmt].append(whole)
-                    runs["stream-in-triggers"][fmt].append(in_triggers)
-            for mode, by_format in runs.items():
-                ours = statistics.median(by_format["pykafka"])
-                jvm = statistics.median(by_format["kafka"])
-                row = {"mode": mode, "value_bytes": size, "codec": codec, "records": records,
-                       "pykafka_rps": round(ours), "kafka_rps": round(jvm),
-                       "ratio": round(ours / jvm, 2),
-                       "runs": {fmt: [round(v) for v in by_format[fmt]] for fmt in FORMATS}}
-                results["throughput"].append(row)
-                print(f"{mode:18} {size:5} B {codec:5}  pykafka {ours / 1e6:6.3f} M/s  "
-                      f"kafka {jvm / 1e6:6.3f} M/s  ratio {ours / jvm:5.2f}", flush=True)
+            for round_index in range(args.runs):
+                for mode in modes:
+                    read = _batch if mode == "batch" else _stream
+                    for fmt in FORMATS:
+                        if fmt == "pykafka":
+                            spy.start(f"{mode}-{size}-{codec}-{round_index}")
+                        try:
+                            runs[mode][fmt].append(_measure(meter, read, spark, fmt,
+                                                            bootstrap, topic, records))
+                        finally:
+                            spy.stop()
+            for mode in modes:
+                keys = ["rps"] if mode == "batch" else ["rps", "in_triggers_rps"]
+                for key in keys:
+                    label = mode if key == "rps" else "stream-in-triggers"
+                    row = _row(label, size, codec, records, runs[mode], key)
+                    results["throughput"].append(row)
+                    _print_row(row)
+                if mode == "stream":
+                    starts = {fmt: statistics.median(r["start_s"] for r in runs[mode][fmt])
+                              for fmt in FORMATS}
+                    results["throughput"].append({"mode": "stream-start", "value_bytes": size,
+                                                  "codec": codec, "start_s": starts})
+                    print(f"{'stream-start':18} {size:5} B {codec:5}  start() to first "
+                          f"trigger: pykafka {starts['pykafka']:.2f} s  kafka "
+                          f"{starts['kafka']:.2f} s", flush=True)
         if not args.skip_overhead:
             for fmt in FORMATS:
-                figures = _overhead(spark, cluster, fmt, args.overhead_batches, args.rate)
+                figures = _overhead(spark, cluster, meter, fmt, args.overhead_batches,
+                                    args.rate)
                 results["overhead"][fmt] = figures
                 print(f"overhead {fmt:8} " + "  ".join(f"{k} {v}" for k, v in figures.items()),
                       flush=True)
+        if spy.files:
+            print("\npy-spy, Python workers of the pykafka runs (self time, top frames):")
+            for share, frame in spy.summary():
+                print(f"  {share:5.1f}%  {frame}")
     print(json.dumps(results, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
