@@ -17,11 +17,21 @@ manager, e.g. ``threading.Lock()``) so that two threads never spend the same byt
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from kafka_ds.protocol.compression import Buffer, Compression, decompress
+from kafka_ds.protocol.compression import (
+    Buffer,
+    Compression,
+    decompress,
+    decompress_lz4_into,
+)
 from kafka_ds.protocol.errors import DecodeError
+
+# First output size tried for an LZ4 batch whose decompressed size is not known: this or four
+# times its compressed size, whichever is larger (doubled while it does not fit).
+_LZ4_FIRST_GUESS_BYTES = 256 * 1024
 
 
 class DecompressionBudget:
@@ -70,6 +80,30 @@ class DecompressionBudget:
             raise DecodeError(exc.what, exc.position, self._exhausted()) from None
         self.charge(len(out))
         return out
+
+    def decompress_into(self, codec: Compression | int, data: Buffer,
+                        reserve: Callable[[int], memoryview]) -> int:
+        """Decompress into memory the caller hands out, within what is left; the bytes written.
+
+        ``reserve(size)`` returns a writable view of ``size`` bytes where the output goes (asked
+        again, larger, when the output did not fit: earlier views are then abandoned). LZ4 is
+        decompressed in place; other codecs are decompressed as by ``decompress`` and copied.
+        """
+        if codec != Compression.LZ4:
+            out = self.decompress(codec, data)
+            reserve(len(out))[:] = out
+            return len(out)
+        allowed = self.remaining()
+        size = min(allowed + 1, max(_LZ4_FIRST_GUESS_BYTES, 4 * len(data)))
+        while True:
+            written = decompress_lz4_into(data, reserve(size))
+            if written is not None and written <= allowed:
+                break
+            if written is not None or size > allowed:  # allowed + 1 bytes did not suffice
+                raise DecodeError("LZ4 compressed data", None, self._exhausted())
+            size = min(2 * size, allowed + 1)
+        self.charge(written)
+        return written
 
     def _exhausted(self) -> str:
         chain: list[DecompressionBudget] = []

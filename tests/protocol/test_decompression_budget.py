@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from record_samples import legacy_message, legacy_wrapper
 
-from kafka_ds.protocol.compression import Compression
+from kafka_ds.protocol.compression import Compression, compress
 from kafka_ds.protocol.decompression_budget import DecompressionBudget
 from kafka_ds.protocol.errors import DecodeError
 from kafka_ds.protocol.record_builder import NewRecord, encode_batch
@@ -70,9 +70,85 @@ def test_a_response_budget_bounds_all_partitions_together() -> None:
         decode_columns(partition, max_decompressed_bytes=3 * MIB, budget=response)
 
 
-def test_v2_batches_charge_the_response_budget() -> None:
+@pytest.mark.parametrize("codec", [Compression.ZSTD, Compression.LZ4], ids=lambda c: c.name)
+def test_v2_batches_charge_the_response_budget(codec: Compression) -> None:
     batches = b"".join(encode_batch([NewRecord(None, bytes(MIB))], base_offset=offset,
-                                    compression=Compression.ZSTD) for offset in range(3))
+                                    compression=codec) for offset in range(3))
     response = DecompressionBudget(2 * MIB, name="response cap")
     with pytest.raises(DecodeError, match="response cap"):
         decode_columns(batches, max_decompressed_bytes=4 * MIB, budget=response)
+
+
+class _Reserved:
+    """A ``reserve`` callback that records every size asked for (a fresh buffer each time)."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.last = bytearray()
+
+    def __call__(self, size: int) -> memoryview:
+        self.sizes.append(size)
+        self.last = bytearray(size)
+        return memoryview(self.last)
+
+
+def test_lz4_into_grows_a_wrong_size_guess_until_it_fits() -> None:
+    data = bytes(3 * MIB) + b"end"  # compresses to a few KB: the first guess (256 KiB) is short
+    reserved = _Reserved()
+    budget = DecompressionBudget(8 * MIB)
+    written = budget.decompress_into(Compression.LZ4, compress(Compression.LZ4, data), reserved)
+    assert written == len(data) and bytes(reserved.last[:written]) == data
+    assert reserved.sizes == [256 * 1024, 512 * 1024, MIB, 2 * MIB, 4 * MIB]
+    assert budget.spent_bytes == len(data)
+
+
+def test_lz4_into_never_asks_for_more_than_the_budget_allows() -> None:
+    # The bomb: 64 MiB of zeros in well under a MiB. Memory handed out stays within the budget
+    # (plus the one byte that tells "exactly full" from "more"), and the error names the cap.
+    bomb = compress(Compression.LZ4, bytes(64 * MIB))
+    assert len(bomb) < MIB
+    reserved = _Reserved()
+    budget = DecompressionBudget(2 * MIB, name="fetch.max.decompressed.bytes")
+    with pytest.raises(DecodeError, match=r"2097152 bytes \(fetch\.max\.decompressed\.bytes"):
+        budget.decompress_into(Compression.LZ4, bomb, reserved)
+    assert max(reserved.sizes) == 2 * MIB + 1
+    assert budget.spent_bytes == 0
+
+
+@pytest.mark.parametrize("spare", [0, 1])
+def test_lz4_into_fills_the_budget_exactly(spare: int) -> None:
+    data = bytes(range(256)) * 4096  # 1 MiB
+    budget = DecompressionBudget(len(data) + spare)
+    reserved = _Reserved()
+    assert budget.decompress_into(Compression.LZ4, compress(Compression.LZ4, data),
+                                  reserved) == len(data)
+    assert bytes(reserved.last[:len(data)]) == data
+    with pytest.raises(DecodeError, match="bytes"):  # nothing, or one byte, is left
+        budget.decompress_into(Compression.LZ4, compress(Compression.LZ4, b"xy"), _Reserved())
+
+
+def test_lz4_into_a_parent_budget_limits_too() -> None:
+    response = DecompressionBudget(MIB, name="response cap")
+    partition = DecompressionBudget(8 * MIB, parent=response)
+    with pytest.raises(DecodeError, match="response cap"):
+        partition.decompress_into(Compression.LZ4, compress(Compression.LZ4, bytes(2 * MIB)),
+                                  _Reserved())
+
+
+def test_lz4_into_corrupt_input_is_a_decode_error() -> None:
+    framed = compress(Compression.LZ4, bytes(range(256)) * 100)
+    with pytest.raises(DecodeError, match="LZ4"):
+        DecompressionBudget(MIB).decompress_into(Compression.LZ4, framed[:len(framed) // 2],
+                                                 _Reserved())
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.ZSTD],
+                         ids=lambda c: c.name)
+def test_other_codecs_into_are_copied_under_the_same_budget(codec: Compression) -> None:
+    data = bytes(range(256)) * 1000
+    reserved = _Reserved()
+    budget = DecompressionBudget(MIB)
+    assert budget.decompress_into(codec, compress(codec, data), reserved) == len(data)
+    assert reserved.sizes == [len(data)] and bytes(reserved.last) == data
+    with pytest.raises(DecodeError, match="bytes"):
+        DecompressionBudget(1000).decompress_into(codec, compress(codec, data), _Reserved())
