@@ -92,7 +92,7 @@ from kafka_ds.protocol.fetch_session import (
 )
 from kafka_ds.protocol.messages.fetch import FetchResponse, PartitionData
 from kafka_ds.protocol.read_committed import filter_committed
-from kafka_ds.protocol.record_columns import RecordColumns, decode_columns
+from kafka_ds.protocol.record_columns import DecodeArea, RecordColumns, decode_columns
 from kafka_ds.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,15 @@ _SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH
 _NO_TP = TopicPartition("", -1)
 # Waiting for the network wakes up at least this often to check backoffs and timeouts.
 _POLL_SLICE_MS = 200
+# Each thread decompresses into one DecodeArea, kept from one response (and read) to the next.
+_decode_areas = threading.local()
+
+
+def _decode_area() -> DecodeArea:
+    area: DecodeArea | None = getattr(_decode_areas, "area", None)
+    if area is None:
+        area = _decode_areas.area = DecodeArea()
+    return area
 
 
 @dataclass(eq=False)
@@ -692,7 +701,8 @@ class FetchLoop:
             chunk.records, start_offset=chunk.fetch_offset, end_offset=part.end,
             include_headers=self.include_headers,
             max_decompressed_bytes=config.max_decompressed_bytes, topic=part.tp.topic,
-            partition=part.tp.partition, verify_crc=config.check_crcs, budget=chunk.budget)
+            partition=part.tp.partition, verify_crc=config.check_crcs, budget=chunk.budget,
+            area=_decode_area())
         if config.read_committed and chunk.aborted:
             columns = filter_committed(columns, chunk.aborted)
         return columns, time.perf_counter_ns() - started_ns

@@ -11,8 +11,10 @@ How, for one partition's ``records`` bytes (many batches, some compressed):
    CRC-32C per batch. Batches wholly outside ``[start_offset, end_offset)`` are checked but not
    decompressed; compressed batches are decompressed (under the size cap).
 2. The records sections are laid end to end in one buffer (the fetch buffer itself when nothing
-   was compressed, else a joined copy). One thin Python loop follows each record's length varint
-   to find where every record starts: the only step that is sequential by nature.
+   was compressed, else the decompressed sections, written in place into a ``DecodeArea`` the
+   caller may keep from one call to the next). One thin Python loop follows each record's
+   length varint to find where every record starts: the only step that is sequential by
+   nature.
 3. numpy decodes every other field of every record at once (``varint_arrays``), checks that each
    record's fields end exactly where its length says, and drops rows outside the offset range.
 4. Keys and values are gathered by Arrow (``record_arrow.take_pairs``: two ``take`` calls over
@@ -70,7 +72,7 @@ from kafka_ds.protocol.records import (
 from kafka_ds.protocol.varint_arrays import decode_varints
 
 __all__ = ["HEADERS_TYPE", "SPARK_SCHEMA", "SPARK_SCHEMA_WITH_HEADERS", "BatchColumns",
-           "RecordColumns", "decode_columns", "to_arrow"]
+           "DecodeArea", "RecordColumns", "decode_columns", "to_arrow"]
 
 Int64Array = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -78,6 +80,9 @@ BoolArray = npt.NDArray[np.bool_]
 # Arrow binary arrays use int32 offsets: the joined records buffer must stay below 2 GiB.
 _MAX_AREA_BYTES = 2**31 - 1
 _LOG_HEADER = struct.Struct(">qi")
+# A DecodeArea keeps its buffer between calls up to this size (a larger one, from an unusually
+# large response, is let go after use).
+_KEEP_AREA_BYTES = 64 * 1024 * 1024
 # Header slots decoded with whole-array operations; records with more headers than this finish
 # in a per-header Python loop (bounds the numpy calls a hostile record can cause).
 _VECTOR_HEADER_SLOTS = 16
@@ -154,6 +159,7 @@ def decode_columns(
     verify_crc: bool = True,
     on_corrupt: str = "raise",
     budget: DecompressionBudget | None = None,
+    area: DecodeArea | None = None,
 ) -> RecordColumns:
     """Decode the batches of one partition's fetch buffer into ``RecordColumns``.
 
@@ -172,6 +178,10 @@ def decode_columns(
     budget
         A wider budget charged with the same bytes: the fetcher's for the whole response, so
         that many partitions cannot add up to an unbounded total either.
+    area
+        Where compressed batches are decompressed: pass the same one to every call of a
+        thread (never to two calls at once) so that its memory is reused. The returned columns
+        never refer to it.
     topic, partition
         Named in error messages.
     on_corrupt
@@ -189,11 +199,16 @@ def decode_columns(
     where = _describe(topic, partition)
     if on_corrupt not in ("raise", "truncate"):
         raise ValueError(f"on_corrupt must be 'raise' or 'truncate', not {on_corrupt!r}")
+    area = area if area is not None else DecodeArea()
+    area.used = 0
+    area.size_hint = 2 * len(buf)  # compressed batches inflate; grow once, not many times
     scan = _scan(buf, start_offset, end_offset, verify_crc,
                  DecompressionBudget(max_decompressed_bytes, parent=budget), where,
-                 on_corrupt == "truncate")
+                 on_corrupt == "truncate", area)
     if scan is None:  # a legacy message set is in the buffer
         from kafka_ds.protocol.record_columns_legacy import decode_columns_per_record
+
+        area.release()
 
         # The per-record path starts again from the first batch with a fresh partition
         # budget; what the v2 walk decompressed before it met the legacy set stays charged
@@ -211,12 +226,57 @@ def decode_columns(
         where += " (position in the decompressed records)"
     offsets, timestamps, types, keys, values, headers, batch_index = _decode_rows(
         scan.area, scan.sections, scan.meta, start_offset, end_offset, include_headers, where)
+    # Every column above is a copy (Arrow ``take``, numpy arithmetic): the area may be reused.
+    area.release()
     return RecordColumns(offsets, timestamps, types, keys, values, headers, batch_index,
                          scan.batches, next_offset, scan.bytes_consumed, scan.has_partial_batch,
                          scan.error)
 
 
 # --- step 1: batch headers -----------------------------------------------------------------
+
+class DecodeArea:
+    """Decompressed records sections of one ``decode_columns`` call, end to end, in a buffer
+    kept for the next call.
+
+    A fresh multi-MiB buffer per response costs a page fault per 4 KiB on first touch, which
+    measured as much CPU as decoding 1 KB records; a buffer kept from the previous call is
+    already mapped. Not thread-safe: one per thread.
+    """
+
+    __slots__ = ("buf", "size_hint", "used")
+
+    def __init__(self) -> None:
+        # numpy rather than bytearray: growing it does not zero-fill (touch) the new memory.
+        self.buf: npt.NDArray[np.uint8] = np.empty(0, dtype=np.uint8)
+        self.used = 0
+        self.size_hint = 0  # what this call will probably need in all (its first growth)
+
+    def reserve(self, size: int) -> memoryview:
+        """Room for ``size`` more bytes after what is used; grows (by copying) when short."""
+        need = self.used + size
+        if need > len(self.buf):
+            grown = np.empty(max(need, 2 * len(self.buf), self.size_hint), dtype=np.uint8)
+            grown[:self.used] = self.buf[:self.used]
+            self.buf = grown
+        return self.buf[self.used:need].data
+
+    def decompress(self, budget: DecompressionBudget, codec: int,
+                   data: Buffer) -> tuple[int, int]:
+        """Append ``data`` decompressed; its (start, end) in the area."""
+        start = self.used
+        self.used += budget.decompress_into(codec, data, self.reserve)
+        return start, self.used
+
+    def view(self) -> memoryview:
+        return self.buf[:self.used].data
+
+    def release(self) -> None:
+        """The call is done with it (its columns are copies)."""
+        self.used = 0
+        if len(self.buf) > _KEEP_AREA_BYTES:
+            self.buf = np.empty(0, dtype=np.uint8)
+
 
 # A records section to decode: (start, end, record count, batch index) within the area.
 _Section = tuple[int, int, int, int]
@@ -238,7 +298,8 @@ class _Scan:
 
 
 def _scan(buf: Buffer, start_offset: int | None, end_offset: int | None, verify_crc: bool,
-          budget: DecompressionBudget, where: str, truncate: bool) -> _Scan | None:
+          budget: DecompressionBudget, where: str, truncate: bool,
+          area: DecodeArea) -> _Scan | None:
     """Walk the batch headers; returns None when a legacy message set is present.
 
     With ``truncate``, a malformed batch ends the walk and is reported in ``error`` instead of
@@ -253,8 +314,8 @@ def _scan(buf: Buffer, start_offset: int | None, end_offset: int | None, verify_
     columns: list[list[int]] = [[], [], [], [], [], [], []]
     base_offsets, last_offsets, producer_ids, epochs, txn, control, control_types = columns
     meta: list[tuple[int, int, int, int, int]] = []
-    # Records sections: (decompressed bytes, or None for the fetch buffer; start; end; count).
-    found: list[tuple[bytes | None, int, int, int]] = []
+    # Records sections: (in ``area``, or else in the fetch buffer; start; end; count).
+    found: list[tuple[bool, int, int, int]] = []
     pos = 0
     partial = False
     error = None
@@ -288,7 +349,7 @@ def _scan(buf: Buffer, start_offset: int | None, end_offset: int | None, verify_
                     f"CRC-32C mismatch (the batch says {crc:#010x})")
             last_offset = base_offset + last_delta
             control_type = -1
-            section: tuple[bytes | None, int, int, int] | None = None
+            section: tuple[bool, int, int, int] | None = None
             if attributes & CONTROL_BIT:
                 header = RecordBatchHeader._make(unpack_header(buf, pos))
                 marker = RecordBatch(header, buf, pos, budget, where).control_record()
@@ -300,13 +361,14 @@ def _scan(buf: Buffer, start_offset: int | None, end_offset: int | None, verify_
                 codec = attributes & COMPRESSION_MASK
                 if codec:
                     try:
-                        data = budget.decompress(codec, view[pos + HEADER_BYTES:end])
+                        data_start, data_end = area.decompress(budget, codec,
+                                                               view[pos + HEADER_BYTES:end])
                     except DecodeError as exc:
                         raise DecodeError(f"records of the batch at offset {base_offset}{where}",
                                           pos + HEADER_BYTES, str(exc)) from None
-                    section = (data, 0, len(data), count)
+                    section = (True, data_start, data_end, count)
                 else:
-                    section = (None, pos + HEADER_BYTES, end, count)
+                    section = (False, pos + HEADER_BYTES, end, count)
         except DecodeError as exc:
             if not truncate:
                 raise
@@ -330,23 +392,25 @@ def _scan(buf: Buffer, start_offset: int | None, end_offset: int | None, verify_
         np.array(producer_ids, dtype=np.int64), np.array(epochs, dtype=np.int16),
         np.array(txn, dtype=bool), np.array(control, dtype=bool),
         np.array(control_types, dtype=np.int16))
-    area: Buffer = buf
-    sections: list[_Section]
-    if all(data is None for data, _, _, _ in found):
-        sections = [(start, stop, count, index) for index, (_, start, stop, count)
-                    in enumerate(found)]
-    else:  # lay every records section end to end in one buffer
-        area = b"".join([view[start:stop] if data is None else data
-                         for data, start, stop, _ in found])
+    records: Buffer = buf
+    sections = [(start, stop, count, index) for index, (_, start, stop, count)
+                in enumerate(found)]
+    in_area = [inside for inside, _, _, _ in found]
+    if all(in_area) and found:  # decompressed in place, already end to end
+        records = area.view()
+    elif any(in_area):  # compressed and plain batches mixed: lay them end to end
+        decompressed = area.view()
+        records = b"".join([decompressed[start:stop] if inside else view[start:stop]
+                            for inside, start, stop, _ in found])
         sections = []
         at = 0
         for index, (_, start, stop, count) in enumerate(found):
             sections.append((at, at + stop - start, count, index))
             at += stop - start
-    if len(area) > _MAX_AREA_BYTES and sections:
+    if len(records) > _MAX_AREA_BYTES and sections:
         raise DecodeError(f"records{where}", None,
-                          f"{len(area)} bytes of records exceed what one Arrow column holds")
-    return _Scan(batches, meta, area, sections, pos, partial, error)
+                          f"{len(records)} bytes of records exceed what one Arrow column holds")
+    return _Scan(batches, meta, records, sections, pos, partial, error)
 
 
 # --- step 2: where each record starts ------------------------------------------------------

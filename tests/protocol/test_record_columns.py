@@ -20,6 +20,7 @@ from kafka_ds.protocol.record_columns import (
     HEADERS_TYPE,
     SPARK_SCHEMA,
     SPARK_SCHEMA_WITH_HEADERS,
+    DecodeArea,
     RecordColumns,
     decode_columns,
     to_arrow,
@@ -247,3 +248,30 @@ def test_legacy_buffers_give_the_same_columns() -> None:
     direct = decode_columns_per_record(v2, include_headers=True)
     assert_matches_simple(direct, v2)
     assert columns.headers.type == HEADERS_TYPE
+
+
+def test_a_reused_area_gives_the_same_columns_and_they_never_share_it() -> None:
+    rnd = random.Random(7)
+    area = DecodeArea()
+    kept = []
+    for round_ in range(6):  # LZ4 (in place), other codecs (copied in), mixed with plain
+        codecs = [(Compression.LZ4,), (Compression.ZSTD, Compression.GZIP),
+                  (Compression.LZ4, Compression.NONE)][round_ % 3]
+        encoded, _ = random_batches(rnd, 4, base_offset=100 * round_, codecs=codecs)
+        buf = b"".join(encoded)
+        columns = decode_columns(buf, include_headers=True, area=area)
+        assert_matches_simple(columns, buf)
+        kept.append((buf, columns))
+    assert len(area.buf) > 0  # the area kept its memory for the next call ...
+    for buf, columns in kept:  # ... and no earlier call's columns changed when it was reused
+        assert_matches_simple(columns, buf)
+
+
+def test_an_area_is_reset_after_an_error() -> None:
+    area = DecodeArea()
+    good = encode_batch([NewRecord(b"k", b"v" * 5000)], compression=Compression.LZ4)
+    bomb = encode_batch([NewRecord(b"k", bytes(4_000_000))], compression=Compression.LZ4,
+                        base_offset=1)
+    with pytest.raises(DecodeError, match="cap"):
+        decode_columns(good + bomb, max_decompressed_bytes=1_000_000, area=area)
+    assert_matches_simple(decode_columns(good, area=area), good, headers=False)
