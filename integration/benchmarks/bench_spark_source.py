@@ -196,6 +196,8 @@ def _overhead(spark: Any, cluster: KafkaCluster, meter: CpuMeter, fmt: str, batc
     }
     if cpu and measured_batches > 0:
         figures["cpu_ms_per_batch"] = round(1000 * sum(cpu.values()) / measured_batches, 1)
+        figures["cpu_ms_per_batch_by_process"] = {
+            key: round(1000 * value / measured_batches, 1) for key, value in cpu.items()}
     return figures
 
 
