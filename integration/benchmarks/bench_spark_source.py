@@ -300,13 +300,15 @@ def main() -> int:
     parser.add_argument("--overhead-batches", type=int, default=20)
     parser.add_argument("--rate", type=int, default=200, help="records/s for the overhead run")
     parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--only-overhead", action="store_true",
+                        help="no throughput topics: the per-micro-batch overhead run alone")
     parser.add_argument("--py-spy", type=Path, default=None,
                         help="record the Python workers of our runs with py-spy into this dir "
                              "(dev extra) and print the top frames")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
 
-    sizes = [int(v) for v in args.values.split(",")]
+    sizes = [] if args.only_overhead else [int(v) for v in args.values.split(",")]
     codecs = args.codecs.split(",")
     modes = args.modes.split(",")
     results: dict[str, Any] = {"throughput": [], "overhead": {}, "load_average": []}
@@ -325,9 +327,10 @@ def main() -> int:
                 topics[(size, codec)] = (topic, records)
         spark = spark_session(fetch_spark_kafka_jars(), app_name="bench_spark_source")
         bootstrap = cluster.bootstrap()
-        # Warm both formats up once (JVM classes and JIT, Python workers), batch and stream.
-        warm_topic, warm_records = next(iter(topics.values()))
-        for fmt in FORMATS:
+        # Warm both formats up once (JVM classes and JIT, Python workers), batch and stream
+        # (the overhead run warms itself up: its first batches are not counted).
+        warm_topic, warm_records = next(iter(topics.values()), ("", 0))
+        for fmt in FORMATS if topics else ():
             _batch(spark, fmt, bootstrap, warm_topic, warm_records)
             if "stream" in modes:
                 _stream(spark, fmt, bootstrap, warm_topic, warm_records)
