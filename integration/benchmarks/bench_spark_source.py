@@ -57,6 +57,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from integration.benchmarks import floor_source
 from integration.benchmarks.bench_fetcher import _payload_file
 from integration.benchmarks.cpu_meter import CpuMeter
 from integration.harness.cluster import KafkaCluster
@@ -64,6 +65,9 @@ from integration.harness.jars import fetch_spark_kafka_jars
 from integration.harness.spark import spark_session
 
 FORMATS = ("pykafka", "kafka")
+# The per-micro-batch overhead is also measured for a Python source that does no I/O at all
+# (floor_source): what any Python streaming source pays, beside what pykafka pays.
+FLOOR = "kafka_ds_floor"
 PARTITIONS = 4
 
 
@@ -142,25 +146,30 @@ def _overhead(spark: Any, cluster: KafkaCluster, meter: CpuMeter, fmt: str, batc
     """Median per-batch durations (ms) of a stream fed ``rate`` records/s, and CPU per batch."""
     from confluent_kafka import Producer
 
-    topic = f"bench-overhead-{fmt}-{uuid.uuid4().hex[:6]}"
-    cluster.create_topic(topic, 1)
     stop = threading.Event()
+    feeder = None
+    if fmt == FLOOR:  # no broker: rows counted from wall time at the same rate
+        reader = spark.readStream.format(FLOOR).option("rate", str(rate))
+    else:
+        topic = f"bench-overhead-{fmt}-{uuid.uuid4().hex[:6]}"
+        cluster.create_topic(topic, 1)
 
-    def feed() -> None:
-        producer = Producer({"bootstrap.servers": cluster.bootstrap(), "linger.ms": 0})
-        index = 0
-        while not stop.is_set():
-            producer.produce(topic, value=b"%099d" % index)
-            index += 1
-            producer.poll(0)
-            stop.wait(1 / rate)
-        producer.flush(10)
+        def feed() -> None:
+            producer = Producer({"bootstrap.servers": cluster.bootstrap(), "linger.ms": 0})
+            index = 0
+            while not stop.is_set():
+                producer.produce(topic, value=b"%099d" % index)
+                index += 1
+                producer.poll(0)
+                stop.wait(1 / rate)
+            producer.flush(10)
 
-    feeder = threading.Thread(target=feed, daemon=True)
-    feeder.start()
-    query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", cluster.bootstrap())
-             .option("subscribe", topic).load()
-             .writeStream.format("noop").start())
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        reader = (spark.readStream.format(fmt)
+                  .option("kafka.bootstrap.servers", cluster.bootstrap())
+                  .option("subscribe", topic))
+    query = reader.load().writeStream.format("noop").start()
     cpu_before: dict[str, float] = {}
     measured_from = 0
     try:
@@ -177,7 +186,8 @@ def _overhead(spark: Any, cluster: KafkaCluster, meter: CpuMeter, fmt: str, batc
     finally:
         query.stop()
         stop.set()
-        feeder.join(10)
+        if feeder is not None:
+            feeder.join(10)
     progress = [p for p in query.recentProgress if p["numInputRows"]][3:]
 
     def median(key: str) -> float:
@@ -367,7 +377,8 @@ def main() -> int:
                           f"trigger: pykafka {starts['pykafka']:.2f} s  kafka "
                           f"{starts['kafka']:.2f} s", flush=True)
         if not args.skip_overhead:
-            for fmt in FORMATS:
+            floor_source.register(spark)
+            for fmt in (*FORMATS, FLOOR):
                 figures = _overhead(spark, cluster, meter, fmt, args.overhead_batches,
                                     args.rate)
                 results["overhead"][fmt] = figures
