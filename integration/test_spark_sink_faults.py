@@ -90,8 +90,14 @@ def test_at_least_once_loses_nothing_under_the_same_faults(kafka: KafkaCluster,
 
 def test_expired_transactions_fail_loudly_and_lose_nothing_silently(
         kafka: KafkaCluster, tmp_path: Path) -> None:
+    # Long enough that a batch nobody stalls commits in time on a loaded 2-core machine (6 s
+    # and 15 s were not at a load of 25: batch 0's transactions expired on their own); each
+    # stall outlasts it by the broker's 1 s abort-check interval plus a margin.
+    timeout_s = 30
+    stall_s = timeout_s + 5
     crash = CrashRun(kafka, tmp_path, f"exp-{tmp_path.name[-12:]}", rows=8_000,
-                     batch_rows=2_000, sink_options={"kafka.transaction.timeout.ms": "6000"})
+                     batch_rows=2_000,
+                     sink_options={"kafka.transaction.timeout.ms": str(timeout_s * 1000)})
     # Speculation is refused before anything is written.
     result = crash.run(spark_conf={"spark.speculation": "true"})
     assert result.returncode != 0
@@ -99,16 +105,18 @@ def test_expired_transactions_fail_loudly_and_lose_nothing_silently(
     assert crash.output(committed=False) == []
     # Batch 1 stalls before its commit is decided: its transactions expire, the commit
     # aborts the batch and says nothing of it is visible; a restart writes it again.
-    crash.arm({"point": "commit:start", "batch": 1, "action": "sleep", "seconds": 10})
+    crash.arm({"point": "commit:start", "batch": 1, "action": "sleep", "seconds": stall_s})
     result = crash.run()
     assert result.returncode != 0
     assert "did not commit batch 1" in result.stderr and "nothing of it is visible" in \
-        result.stderr
+        result.stderr, result.stderr[-3000:]
     # Batch 2 stalls after its commit was decided: its transactions expire, data is lost.
-    crash.arm({"point": "commit:after-intent", "batch": 2, "action": "sleep", "seconds": 10})
+    crash.arm({"point": "commit:after-intent", "batch": 2, "action": "sleep",
+               "seconds": stall_s})
     result = crash.run()
     assert result.returncode != 0
-    assert "data loss in the pykafka sink" in result.stderr and "batch 2" in result.stderr
+    assert "data loss in the pykafka sink" in result.stderr and "batch 2" in result.stderr, \
+        result.stderr[-3000:]
     assert "Spark partition 0" in result.stderr and "Spark partition 1" in result.stderr
     # Transactions v2 (KIP-890) answers INVALID_TXN_STATE, v1 PRODUCER_FENCED.
     assert "INVALID_TXN_STATE" in result.stderr or "PRODUCER_FENCED" in result.stderr
