@@ -29,8 +29,6 @@ from integration.harness.spark import SPARK_CONF_DIR
 from integration.harness.standalone import spark_home
 from integration.producer_util import read_all, read_committed
 
-pytest.importorskip("grpc", reason="the Spark Connect client needs pyspark[connect] (grpcio)")
-
 _STARTUP_TIMEOUT_S = 240.0
 
 

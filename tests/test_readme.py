@@ -141,7 +141,7 @@ def _sink_error(**options: str) -> str:
 def _missing_value_error() -> str:
     from pyspark.sql.types import StringType, StructField, StructType
 
-    parsed = sink_options.parse_sink_options({"kafka.bootstrap.servers": "localhost:9092", "topic": "t"})
+    parsed = sink_options.parse_sink_options(_BOOT | {"topic": "t"})
     with pytest.raises(KafkaOptionError) as error:
         sink_options.input_columns(StructType([StructField("key", StringType())]), parsed)
     return str(error.value)
