@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -136,12 +137,18 @@ def test_exactly_once_pipeline_stop_and_restart(kafka: KafkaCluster, topic_facto
 def test_backfill_reads_the_time_range_into_parquet(kafka: KafkaCluster, topic_factory: Any,
                                                     tmp_path: Path) -> None:
     topic = topic_factory(partitions=2)
-    records = [(f"k{i}".encode(), f"v{i}".encode(), _BASE_MS + i * 1000) for i in range(60)]
+    # Recent timestamps: the broker's time-based retention (7 days) would delete older ones.
+    base_ms = (int(time.time()) // 60 - 10) * 60_000
+    records = [(f"k{i}".encode(), f"v{i}".encode(), base_ms + i * 1000) for i in range(60)]
     _send(kafka, topic, records)
     output = tmp_path / "backfill"
+
+    def iso(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
     stdout = _ok(spark_submit("backfill_to_parquet.py", [
-        "--bootstrap", kafka.bootstrap(), "--topic", topic, "--start", "2026-01-01T00:00:10Z",
-        "--end", "2026-01-01T00:00:30Z", "--output", str(output)]))
+        "--bootstrap", kafka.bootstrap(), "--topic", topic, "--start", iso(base_ms + 10_000),
+        "--end", iso(base_ms + 30_000), "--output", str(output)]))
     table = pq.read_table(output)
     assert sorted(table.column("value").to_pylist()) == sorted(f"v{i}" for i in range(10, 30))
     assert f"backfill: 20 records of {topic}" in stdout
