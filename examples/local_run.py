@@ -4,9 +4,10 @@
 
 It starts a single-node Apache Kafka 4 (KRaft) from the jars ``make jars`` cached in
 ``~/.cache/kafka_ds`` (the test harness's broker), creates the topic ``clicks``, starts
-``generator.py`` in a thread (20 events a second, stopping by itself after two minutes at
-most), and runs ``examples/quickstart.py`` through pyspark's own ``spark-submit`` until it has
-printed four micro-batches that read data. Then everything stops, the broker included.
+``generator.py`` in a thread (20 events a second), and runs ``examples/quickstart.py``
+through pyspark's own ``spark-submit`` until it has printed four micro-batches that read data
+(or ten minutes passed, on a very slow machine). The generator writes until the quick start
+ends. Then everything stops, the broker included.
 
 ``spark_submit`` is also what the example tests use to run each example as a user would.
 """
@@ -24,6 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 SPARK_CONF_DIR = REPO / "spark_conf"
+# The quick start stops after four micro-batches with data, or after this long in any case;
+# the generator feeds it until then (it must not stop first: no data, no batches).
+_MAX_SECONDS = 600
 
 
 def spark_home() -> Path:
@@ -74,10 +78,11 @@ def main() -> int:
               "the generator writes 20 click events a second to 'clicks'", flush=True)
         stop = threading.Event()
         feeder = threading.Thread(target=generate, args=(bootstrap, "clicks"),
-                                  kwargs={"seconds": 120, "stop": stop}, daemon=True)
+                                  kwargs={"seconds": _MAX_SECONDS, "stop": stop}, daemon=True)
         feeder.start()
         command = spark_submit_command("quickstart.py", ["--bootstrap", bootstrap,
-                                                         "--topic", "clicks", "--batches", "4"])
+                                                         "--topic", "clicks", "--batches", "4",
+                                                         "--max-seconds", str(_MAX_SECONDS)])
         print("Running:", " ".join(Path(c).name if i == 0 else c
                                     for i, c in enumerate(command)), flush=True)
         try:

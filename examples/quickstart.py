@@ -12,8 +12,8 @@ Run it against any Kafka (topic "clicks" holding JSON like
 or with ``make example``, which starts a local Kafka, feeds it from ``examples/generator.py``
 and runs this script through spark-submit for a few micro-batches (``examples/local_run.py``).
 Options: ``--batches N`` stops after N micro-batches that read data (default: run until
-stopped), ``--available-now`` reads what the topic holds now and stops, ``--starting-offsets``
-(default ``earliest``).
+stopped), ``--max-seconds S`` stops after S seconds in any case, ``--available-now`` reads
+what the topic holds now and stops, ``--starting-offsets`` (default ``earliest``).
 """
 
 from __future__ import annotations
@@ -59,9 +59,11 @@ def page_views(records: DataFrame) -> DataFrame:
                     F.col("count").alias("views")))
 
 
-def print_to_console(views: DataFrame, *, batches: int, available_now: bool) -> None:
-    """Print each micro-batch's changed windows; stop after ``batches`` batches with data,
-    when caught up (``available_now``), or never."""
+def print_to_console(views: DataFrame, *, batches: int, available_now: bool,
+                     max_seconds: float = 0) -> None:
+    """Print each micro-batch's changed windows; stop after ``batches`` batches with data
+    (or ``max_seconds``, whichever comes first), when caught up (``available_now``), or
+    never."""
     writer = (views.writeStream
               .outputMode("update")                     # each batch: the windows it changed
               .format("console")
@@ -73,11 +75,13 @@ def print_to_console(views: DataFrame, *, batches: int, available_now: bool) -> 
         writer = writer.trigger(processingTime="2 seconds")
     query = writer.start()
     if available_now or batches <= 0:
-        query.awaitTermination()
+        query.awaitTermination(max_seconds or None)
     else:
-        while query.isActive and _batches_with_data(query) < batches:
+        deadline = time.monotonic() + (max_seconds or float("inf"))
+        while (query.isActive and _batches_with_data(query) < batches
+               and time.monotonic() < deadline):
             time.sleep(0.5)
-        query.stop()
+    query.stop()
     rows = sum(p["numInputRows"] for p in query.recentProgress)
     print(f"quick start: {rows} Kafka records read in {_batches_with_data(query)} "
           "micro-batches", flush=True)
@@ -94,6 +98,8 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--starting-offsets", default="earliest")
     parser.add_argument("--batches", type=int, default=0)
     parser.add_argument("--available-now", action="store_true")
+    parser.add_argument("--max-seconds", type=float, default=0,
+                        help="stop after this long in any case (default: no limit)")
     return parser
 
 
@@ -102,7 +108,7 @@ def main() -> None:
     spark = SparkSession.builder.appName("kafka_ds quick start").getOrCreate()
     records = click_stream(spark, args.bootstrap, args.topic, args.starting_offsets)
     print_to_console(page_views(records), batches=args.batches,
-                     available_now=args.available_now)
+                     available_now=args.available_now, max_seconds=args.max_seconds)
     spark.stop()
 
 

@@ -53,7 +53,7 @@ def main() -> None:
     records = click_stream(spark, bootstrap, args.topic, args.starting_offsets,
                            **security_options(os.environ))
     print_to_console(page_views(records), batches=args.batches,
-                     available_now=args.available_now)
+                     available_now=args.available_now, max_seconds=args.max_seconds)
     spark.stop()
 
 

@@ -177,6 +177,7 @@ def test_jvm_connector_conf_names_the_connector_make_jars_resolves() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)
 def test_make_example_runs_the_quick_start_and_stops() -> None:
     """``make example``'s program: a broker, the generator, four micro-batches, then exit."""
     result = subprocess.run([sys.executable, str(REPO / "examples" / "local_run.py")],
