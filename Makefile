@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv jars test test-fast test-compat example bench bench-spark-source bench-spark-sink fuzz \
+.PHONY: venv jars test test-fast test-compat example example-tests connect-test bench bench-spark-source bench-spark-sink fuzz \
 	lint clean
 
 $(STAMP): pyproject.toml
@@ -37,9 +37,19 @@ test-fast: $(STAMP)
 test-compat: jars
 	KAFKA_VERSION=3.9.2 $(PY) -m pytest integration -m "not cluster and not spark"
 
-# Starts a local Kafka, writes sample data and reads it back (see examples/quickstart.py).
+# The streaming quick start through spark-submit on a local Kafka fed by a small generator:
+# prints four micro-batches, then stops (examples/local_run.py, examples/quickstart.py).
 example: jars
-	$(PY) examples/quickstart.py
+	$(PY) examples/local_run.py
+
+# Every example through spark-submit against a real broker, output checked (make example's
+# own run is the slow-marked test in there too).
+example-tests: jars
+	$(PY) -m pytest integration/test_examples.py
+
+# format("pykafka") from a Spark Connect client against pyspark's own Connect server.
+connect-test: jars
+	$(PY) -m pytest integration/test_spark_connect.py
 
 bench: jars
 	$(PY) integration/benchmarks/run_all.py

@@ -1,96 +1,116 @@
-"""Quick start: a local Kafka, sample data written and read back by kafka_ds.
+"""Quick start: page views per 10-second window, read from Kafka with format("pykafka").
 
-Run from the repository root with ``make example`` (or ``.venv/bin/python
-examples/quickstart.py``). It:
+What it shows: a streaming read of a topic of JSON click events, the JSON parsed into
+columns, a count per page over event-time windows with a watermark (late events are dropped
+once their window is closed), and each micro-batch's updated counts printed to the console.
 
-1. starts a single-node Apache Kafka (KRaft) from the jars in ``~/.cache/kafka_ds``;
-2. creates a topic and writes sample click events with kafka_ds's idempotent producer, then
-   one committed and one aborted transaction;
-3. reads the topic back with kafka_ds's fetcher, under read_committed, as Arrow record batches
-   in Spark's Kafka schema, and shows them.
+Run it against any Kafka (topic "clicks" holding JSON like
+``{"user": "u7", "page": "/cart", "event_time": "2026-01-01T12:00:03.250Z"}``)::
 
-The Spark source and sink (``spark.readStream.format("pykafka")``) are the next milestone;
-when they land, this example runs a spark-submit streaming job over the same topic.
+    spark-submit examples/quickstart.py --bootstrap localhost:9092 --topic clicks
+
+or with ``make example``, which starts a local Kafka, feeds it from ``examples/generator.py``
+and runs this script through spark-submit for a few micro-batches (``examples/local_run.py``).
+Options: ``--batches N`` stops after N micro-batches that read data (default: run until
+stopped), ``--max-seconds S`` stops after S seconds in any case, ``--available-now`` reads
+what the topic holds now and stops, ``--starting-offsets`` (default ``earliest``).
 """
 
 from __future__ import annotations
 
-import json
-import sys
+import argparse
 import time
-from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for the integration harness
-
-from integration.harness.cluster import KafkaCluster
-from kafka_ds.client.admin import Admin
-from kafka_ds.client.fetcher import Fetcher
-from kafka_ds.client.offsets import latest_offsets, partitions_of
-from kafka_ds.client.producer import Producer
-from kafka_ds.protocol.types import IsolationLevel
-
-TOPIC = "clicks"
-EVENTS = 200_000
+CLICK = StructType([
+    StructField("user", StringType()),
+    StructField("page", StringType()),
+    StructField("event_time", TimestampType()),
+])
 
 
-def main() -> int:
-    started = time.monotonic()
-    print("Starting a local Apache Kafka broker (KRaft)...", flush=True)
-    with KafkaCluster(nodes=1) as kafka:
-        props = {"bootstrap.servers": kafka.bootstrap()}
-        print(f"Kafka {kafka.version} is up at {props['bootstrap.servers']} "
-              f"({time.monotonic() - started:.1f}s)")
+def click_stream(spark: SparkSession, bootstrap: str, topic: str, starting_offsets: str,
+                 **kafka_options: str) -> DataFrame:
+    """The topic as a stream of Kafka records (key, value, topic, partition, offset, ...)."""
+    reader = (spark.readStream.format("pykafka")        # the only difference from "kafka"
+              .option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic)
+              .option("startingOffsets", starting_offsets))
+    for name, value in kafka_options.items():
+        reader = reader.option(name, value)
+    return reader.load()
 
-        with Admin.from_properties(props) as admin:
-            admin.create_topic(TOPIC, partitions=3)
 
-        write_started = time.monotonic()
-        with Producer(props | {"compression.type": "lz4", "linger.ms": "5"}) as producer:
-            for index in range(EVENTS):
-                event = {"user": f"user-{index % 1000}", "page": f"/p/{index % 37}", "n": index}
-                producer.send(TOPIC, json.dumps(event).encode(), key=event["user"].encode())
-            producer.flush()
-        write_s = time.monotonic() - write_started
-        print(f"Wrote {EVENTS:,} events in {write_s:.2f}s ({EVENTS / write_s:,.0f} records/s), "
-              "idempotent, lz4")
+def page_views(records: DataFrame) -> DataFrame:
+    """Views per page and 10-second event-time window; events 30 s late are still counted."""
+    events = (records
+              .select(F.from_json(F.col("value").cast("string"), CLICK).alias("click"))
+              .select("click.*")
+              .where(F.col("event_time").isNotNull()))  # malformed JSON parses to nulls
+    return (events
+            .withWatermark("event_time", "30 seconds")
+            .groupBy(F.window("event_time", "10 seconds"), "page")
+            .count()
+            .select(F.col("window.start").alias("window_start"), "page",
+                    F.col("count").alias("views")))
 
-        txn_props = props | {"transactional.id": "quickstart-txn"}
-        with Producer(txn_props) as producer:
-            producer.init_transactions()
-            producer.begin_transaction()
-            producer.send(TOPIC, b'{"note": "committed"}', key=b"txn", partition=0)
-            producer.commit_transaction()
-            producer.begin_transaction()
-            producer.send(TOPIC, b'{"note": "aborted: nobody sees this"}', key=b"txn", partition=0)
-            producer.abort_transaction()
-        print("Wrote one committed and one aborted transaction to partition 0")
 
-        read_props = props | {"isolation.level": "read_committed"}
-        with Fetcher.from_properties(read_props) as fetcher:
-            cluster = fetcher.cluster
-            ends = latest_offsets(cluster, partitions_of(cluster, [TOPIC]),
-                                  isolation_level=IsolationLevel.READ_COMMITTED)
-            ranges = [(tp.topic, tp.partition, 0, end) for tp, end in sorted(ends.items())]
-            read_started = time.monotonic()
-            table = pa.Table.from_batches(list(fetcher.read_arrow(ranges)))
-            read_s = time.monotonic() - read_started
-        print(f"Read {table.num_rows:,} records back as Arrow in {read_s:.2f}s "
-              f"({table.num_rows / read_s:,.0f} records/s), read_committed")
-        print(f"Schema (Spark's Kafka source schema):\n{table.schema}\n")
-        print(table.slice(0, 5).select(["key", "value", "partition", "offset", "timestamp"])
-              .to_pandas().to_string())
-        values = table.column("value").cast(pa.string())
-        committed = pc.sum(pc.match_substring(values, "committed")).as_py()
-        aborted = pc.sum(pc.match_substring(values, "aborted")).as_py()
-        print(f"\nTransactional records visible: committed={committed}, aborted={aborted}")
-        assert table.num_rows == EVENTS + 1 and committed == 1 and aborted == 0
-    print("\nThe Spark source and sink, spark.readStream.format(\"pykafka\"), are the next "
-          "milestone:\nthis example stops here, after showing the core on a real broker.")
-    return 0
+def print_to_console(views: DataFrame, *, batches: int, available_now: bool,
+                     max_seconds: float = 0) -> None:
+    """Print each micro-batch's changed windows; stop after ``batches`` batches with data
+    (or ``max_seconds``, whichever comes first), when caught up (``available_now``), or
+    never."""
+    writer = (views.writeStream
+              .outputMode("update")                     # each batch: the windows it changed
+              .format("console")
+              .option("truncate", "false")
+              .option("numRows", 100))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime="2 seconds")
+    query = writer.start()
+    if available_now or batches <= 0:
+        query.awaitTermination(max_seconds or None)
+    else:
+        deadline = time.monotonic() + (max_seconds or float("inf"))
+        while (query.isActive and _batches_with_data(query) < batches
+               and time.monotonic() < deadline):
+            time.sleep(0.5)
+    query.stop()
+    rows = sum(p["numInputRows"] for p in query.recentProgress)
+    print(f"quick start: {rows} Kafka records read in {_batches_with_data(query)} "
+          "micro-batches", flush=True)
+
+
+def _batches_with_data(query: StreamingQuery) -> int:
+    return sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
+
+
+def arguments() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--bootstrap", default="localhost:9092")
+    parser.add_argument("--topic", default="clicks")
+    parser.add_argument("--starting-offsets", default="earliest")
+    parser.add_argument("--batches", type=int, default=0)
+    parser.add_argument("--available-now", action="store_true")
+    parser.add_argument("--max-seconds", type=float, default=0,
+                        help="stop after this long in any case (default: no limit)")
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
+    spark = SparkSession.builder.appName("kafka_ds quick start").getOrCreate()
+    records = click_stream(spark, args.bootstrap, args.topic, args.starting_offsets)
+    print_to_console(page_views(records), batches=args.batches,
+                     available_now=args.available_now, max_seconds=args.max_seconds)
+    spark.stop()
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()
