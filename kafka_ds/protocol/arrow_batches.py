@@ -14,8 +14,9 @@ when the sender drains it. This path never makes a Python object per record::
                                 keys buffer), else the sticky partition, run by run
         -> encode_partitioned:  one stable argsort by partition and one Arrow ``take`` per
                                 column, then per partition zero-copy slices cut at the batch
-                                limit, each encoded by ``record_encoder`` into a records
-                                section (numpy + one Arrow ``take`` per batch)
+                                limit; consecutive batches (up to ``_GROUP_BYTES``) encoded
+                                by one ``record_encoder`` call, each batch's records section
+                                a slice of its output
         -> ColumnarBatch:       a sealed ``ProducerBatch`` carrying its section; the sender
                                 only compresses it and writes the header and CRC
 

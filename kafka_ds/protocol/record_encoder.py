@@ -14,16 +14,20 @@ The mirror image of ``record_columns``. A record is the concatenation of pieces:
 
 All varints of all records are built at once by numpy: a (records, fields) matrix of values
 becomes a byte tensor with a mask of the bytes in use, and one boolean-index step flattens it
-into the prefix, value-length and headers-count pieces of every record, back to back. Those
-small pieces form one Arrow BinaryArray (three elements per record); keys and values are the
-input arrays themselves. The arrays are concatenated and one ``take`` with an interleaving index
-writes every record's five pieces in order: the data buffer of the result is the records
-section. Record lengths are known before anything is written, because every piece's size is.
+into the prefix, value-length and headers-count pieces of every record, back to back. Without
+headers, the prefixes and the value lengths form two Arrow BinaryArrays, and Arrow's
+``binary_join_element_wise`` joins prefix, key, value length, value and a headers count of 0
+row by row: the data buffer of the result is the records section, written with one copy of the
+keys and values. Record lengths are known before anything is written, because every piece's
+size is.
 
-Headers add two small pieces per header (its key and value lengths) plus its key and value,
-interleaved after their record's headers count the same way. The numpy path costs about sixty
-numpy/Arrow calls per batch whatever its size, so batches under ``_VECTOR_MIN_ROWS`` records go
-through the per-record encoder instead; either way the bytes are the same.
+Headers add two small pieces per header (its key and value lengths) plus its key and value:
+then the small pieces form one BinaryArray (three elements per record), all arrays are
+concatenated, and one ``take`` with an interleaving index writes every piece in order. The numpy
+path costs about sixty numpy/Arrow calls per call whatever its size, so batches under
+``_VECTOR_MIN_ROWS`` records go through the per-record encoder instead, and
+``encode_records_sections`` encodes several batches in one call; either way the bytes are the
+same.
 """
 
 from __future__ import annotations
