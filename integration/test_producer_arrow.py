@@ -39,16 +39,20 @@ def _arrow_headers(headers: list) -> pa.Array:
                      for h in headers], HEADERS_TYPE)
 
 
+@pytest.mark.parametrize("with_headers", [True, False])  # two encoder paths
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_round_trip_with_keys_nulls_headers_and_timestamps(
-        kafka: KafkaCluster, topic_factory: Callable[..., str], codec: str) -> None:
+        kafka: KafkaCluster, topic_factory: Callable[..., str], codec: str,
+        with_headers: bool) -> None:
     topic = topic_factory(partitions=3)
     keys, values, headers, stamps = _columns(2000)
+    if not with_headers:
+        headers = [None] * len(values)
     with Producer({"bootstrap.servers": kafka.bootstrap(), "compression.type": codec,
                    "batch.size": "20000"}) as producer:
         future = producer.send_arrow(topic, pa.array(values, pa.binary()),
                                      pa.array(keys, pa.binary()),
-                                     headers=_arrow_headers(headers),
+                                     headers=_arrow_headers(headers) if with_headers else None,
                                      timestamps_ms=pa.array(stamps, pa.int64()))
         producer.flush(30_000)
         assert future.result(10) == 2000
@@ -131,3 +135,32 @@ def test_broker_errors_for_many_records_are_summarised(
     assert "INVALID_TIMESTAMP" in message
     assert "500 record(s) rejected" in message and "and 497 more" in message
     assert message.count("record ") < 10, message
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_kafka_python_reads_what_send_arrow_writes(
+        kafka: KafkaCluster, topic_factory: Callable[..., str], codec: str) -> None:
+    # A second independent reader; small batches, so one encoder pass cuts many of them.
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KpTopicPartition
+
+    topic = topic_factory(partitions=1)
+    count = 3000
+    keys = [None if i % 7 == 3 else f"key-{i}".encode() for i in range(count)]
+    values = [None if i % 11 == 5 else f"value-{i}-".encode() * (1 + i % 50)
+              for i in range(count)]
+    with Producer({"bootstrap.servers": kafka.bootstrap(), "compression.type": codec,
+                   "batch.size": "16384"}) as producer:
+        future = producer.send_arrow(topic, pa.array(values, pa.binary()),
+                                     pa.array(keys, pa.binary()))
+        producer.flush(30_000)
+        assert future.result(10) == count
+    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap(), auto_offset_reset="earliest")
+    consumer.assign([KpTopicPartition(topic, 0)])
+    read: list = []
+    deadline = time.monotonic() + 60
+    while len(read) < count and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=500).values():
+            read.extend(batch)
+    consumer.close()
+    assert [(m.key, m.value) for m in read] == list(zip(keys, values, strict=True))

@@ -14,8 +14,9 @@ when the sender drains it. This path never makes a Python object per record::
                                 keys buffer), else the sticky partition, run by run
         -> encode_partitioned:  one stable argsort by partition and one Arrow ``take`` per
                                 column, then per partition zero-copy slices cut at the batch
-                                limit, each encoded by ``record_encoder`` into a records
-                                section (numpy + one Arrow ``take`` per batch)
+                                limit; consecutive batches (up to ``_GROUP_BYTES``) encoded
+                                by one ``record_encoder`` call, each batch's records section
+                                a slice of its output
         -> ColumnarBatch:       a sealed ``ProducerBatch`` carrying its section; the sender
                                 only compresses it and writes the header and CRC
 
@@ -40,6 +41,7 @@ from kafka_ds.protocol.record_encoder import (
     binary_column,
     binary_lengths,
     encode_records_section,
+    encode_records_sections,
 )
 
 Int64Array = npt.NDArray[np.int64]
@@ -52,6 +54,13 @@ SHOWN_ROWS = 3
 # Runs of one partition at least this long on average are sent as slices of the input;
 # shorter ones (keyed records spread over partitions) are gathered by partition first.
 _MIN_RUN_RECORDS = 64
+# Batches are encoded together up to this many bytes (size bounds), one numpy/Arrow pass for
+# all (``record_encoder.encode_records_sections``): the encoder's fixed cost per call is what
+# limits 1 KB records, of which a 512 KiB batch holds only ~500. The batches share the
+# group's buffer, which lives until the last of them is acknowledged.
+_GROUP_BYTES = 4 * 1024 * 1024
+# Fewer records than this are encoded batch by batch (the per-record encoder is cheaper).
+_VECTOR_MIN_ROWS = 40
 
 
 class ArrowRecords(NamedTuple):
@@ -279,11 +288,49 @@ def encode_partitioned(records: ArrowRecords, sizes: Int64Array, partitions: Int
         edges = np.flatnonzero(np.diff(grouped)) + 1
     starts = [0, *edges.tolist()]
     stops = [*edges.tolist(), records.rows]
+    pieces: list[tuple[int, int, int]] = []  # (partition, start, stop) over ``ordered``
     for start, stop in zip(starts, stops, strict=True):
         partition = int(grouped[start])
-        for piece_start, piece_stop in _cut(ordered_sizes[start:stop], limit_bytes):
-            piece = ordered.slice(start + piece_start, start + piece_stop)
-            yield partition, encode_records(piece)
+        pieces += [(partition, start + piece_start, start + piece_stop)
+                   for piece_start, piece_stop in _cut(ordered_sizes[start:stop], limit_bytes)]
+    bounds = np.zeros(len(ordered_sizes) + 1, dtype=np.int64)
+    np.cumsum(ordered_sizes, out=bounds[1:])
+    first = 0
+    while first < len(pieces):
+        # Consecutive batches encoded together, up to _GROUP_BYTES by the size bounds.
+        last = first
+        while (last + 1 < len(pieces)
+               and bounds[pieces[last + 1][2]] - bounds[pieces[first][1]] <= _GROUP_BYTES):
+            last += 1
+        yield from _encode_group(ordered, pieces[first:last + 1])
+        first = last + 1
+
+
+def _encode_group(records: ArrowRecords, pieces: list[tuple[int, int, int]]
+                  ) -> Iterator[tuple[int, EncodedRecords]]:
+    """Consecutive batches ``(partition, start, stop)`` encoded by one call, each a slice."""
+    if len(pieces) == 1 or pieces[-1][2] - pieces[0][1] < _VECTOR_MIN_ROWS:
+        for partition, start, stop in pieces:
+            yield partition, encode_records(records.slice(start, stop))
+        return
+    origin, end = pieces[0][1], pieces[-1][2]
+    group = records.slice(origin, end)
+    firsts = np.array([start - origin for _, start, _ in pieces], dtype=np.int64)
+    counts = np.diff(np.append(firsts, end - origin))
+    first_of = np.repeat(firsts, counts)  # each record's batch's first record
+    stamps = group.timestamps_ms
+    keys = group.keys if group.keys is not None else pa.nulls(group.rows, pa.binary())
+    section, ends = encode_records_sections(
+        keys, group.values, stamps - stamps[first_of],
+        np.arange(group.rows, dtype=np.int64) - first_of, headers=group.headers)
+    # As the Java builder: the running maximum starts at NO_TIMESTAMP (-1).
+    maxima = np.maximum(np.maximum.reduceat(stamps, firsts), -1).tolist()
+    bases = stamps[firsts].tolist()
+    for index, (partition, start, stop) in enumerate(pieces):
+        begin = int(ends[start - origin - 1]) if start > origin else 0
+        yield partition, EncodedRecords(
+            section[begin:int(ends[stop - origin - 1])], stop - start, bases[index],
+            maxima[index], records.slice(start, stop))
 
 
 def _cut(sizes: Int64Array, limit_bytes: int) -> Iterator[tuple[int, int]]:

@@ -14,16 +14,20 @@ The mirror image of ``record_columns``. A record is the concatenation of pieces:
 
 All varints of all records are built at once by numpy: a (records, fields) matrix of values
 becomes a byte tensor with a mask of the bytes in use, and one boolean-index step flattens it
-into the prefix, value-length and headers-count pieces of every record, back to back. Those
-small pieces form one Arrow BinaryArray (three elements per record); keys and values are the
-input arrays themselves. The arrays are concatenated and one ``take`` with an interleaving index
-writes every record's five pieces in order: the data buffer of the result is the records
-section. Record lengths are known before anything is written, because every piece's size is.
+into the prefix, value-length and headers-count pieces of every record, back to back. Without
+headers, the prefixes and the value lengths form two Arrow BinaryArrays, and Arrow's
+``binary_join_element_wise`` joins prefix, key, value length, value and a headers count of 0
+row by row: the data buffer of the result is the records section, written with one copy of the
+keys and values. Record lengths are known before anything is written, because every piece's
+size is.
 
-Headers add two small pieces per header (its key and value lengths) plus its key and value,
-interleaved after their record's headers count the same way. The numpy path costs about sixty
-numpy/Arrow calls per batch whatever its size, so batches under ``_VECTOR_MIN_ROWS`` records go
-through the per-record encoder instead; either way the bytes are the same.
+Headers add two small pieces per header (its key and value lengths) plus its key and value:
+then the small pieces form one BinaryArray (three elements per record), all arrays are
+concatenated, and one ``take`` with an interleaving index writes every piece in order. The numpy
+path costs about sixty numpy/Arrow calls per call whatever its size, so batches under
+``_VECTOR_MIN_ROWS`` records go through the per-record encoder instead, and
+``encode_records_sections`` encodes several batches in one call; either way the bytes are the
+same.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any, NamedTuple, TypeAlias
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kafka_ds.protocol.compression import Compression
 from kafka_ds.protocol.errors import EncodeError
@@ -96,6 +101,45 @@ def encode_records_section(
     _check_int32(offset_deltas, "offset delta")
     if rows < _VECTOR_MIN_ROWS:
         return _encode_few(key_array, value_array, timestamp_deltas, offset_deltas, headers)
+    return _encode_vectorized(key_array, value_array, timestamp_deltas, offset_deltas,
+                              headers)[0]
+
+
+def encode_records_sections(
+    keys: pa.Array,
+    values: pa.Array,
+    timestamp_deltas: Int64Array,
+    offset_deltas: Int64Array,
+    headers: pa.Array | None = None,
+) -> tuple[memoryview, Int64Array]:
+    """Several batches' records sections encoded by one call, back to back, and where each
+    record ends in the result.
+
+    ``keys`` and ``values`` are Arrow binary arrays, ``headers`` as in
+    ``encode_records_section``. When the deltas restart at each batch's first record (offset
+    delta 0, timestamp delta from that record's timestamp), the records ``[a, b)`` of a batch
+    are ``section[ends[a - 1]:ends[b - 1]]`` (0 for ``a == 0``): the same bytes as
+    ``encode_records_section`` of those records alone. The numpy fixed cost (about sixty calls)
+    is paid once for all the batches instead of once each: it dominates when records are large
+    and a batch holds only a few hundred of them.
+    """
+    rows = len(values)
+    if len(keys) != rows or len(timestamp_deltas) != rows or len(offset_deltas) != rows:
+        raise EncodeError(f"column lengths differ: {len(keys)} keys, {rows} values, "
+                          f"{len(timestamp_deltas)} timestamps, {len(offset_deltas)} offsets")
+    if not rows:
+        return memoryview(b""), np.zeros(0, dtype=np.int64)
+    _check_int32(offset_deltas, "offset delta")
+    section, record_bytes = _encode_vectorized(keys, values, timestamp_deltas, offset_deltas,
+                                               headers)
+    return section, np.cumsum(record_bytes)
+
+
+def _encode_vectorized(key_array: pa.Array, value_array: pa.Array, timestamp_deltas: Int64Array,
+                       offset_deltas: Int64Array, headers: HeadersLike | None
+                       ) -> tuple[memoryview, Int64Array]:
+    """The numpy/Arrow encoder: the section, and each record's encoded bytes."""
+    rows = len(value_array)
     key_lengths = binary_lengths(key_array)
     value_lengths = binary_lengths(value_array)
     header_parts = _header_parts(headers, rows)
@@ -119,23 +163,36 @@ def encode_records_section(
                   + np.maximum(value_lengths, 0) + headers_payload)
     fields[:, 0] = body_bytes
     sizes[:, 0] = varint_sizes(body_bytes)
-    small_data, _ = ragged_bytes(fields, sizes)
-    # Three small pieces per record: [length .. keyLength], [valueLength], [headersCount].
-    piece_bytes = np.empty((rows, 3), dtype=np.int64)
-    piece_bytes[:, 0] = sizes[:, :5].sum(axis=1)
-    piece_bytes[:, 1:] = sizes[:, 5:]
-    arrays = [_binary_array(small_data, piece_bytes), key_array, value_array]
-    if header_parts is None:
-        order = _interleave(rows)
-    else:
-        arrays.extend(header_parts.arrays)
-        order = pa.array(_interleave_with_headers(rows, header_parts.counts))
-    section = pa.concat_arrays(arrays).take(order)
-    total = int(body_bytes.sum() + sizes[:, 0].sum())
-    data = section.buffers()[2]
-    if data is None or total > _MAX_SECTION_BYTES:
+    record_bytes = body_bytes + sizes[:, 0]
+    total = int(record_bytes.sum())
+    if total > _MAX_SECTION_BYTES:
         raise EncodeError(f"records section of {total} bytes cannot be encoded in one batch")
-    return memoryview(data)[:total]
+    if header_parts is None:
+        # Five pieces per record, joined row by row: one copy of the keys and values (a
+        # concatenation then a take would copy them twice; at 1 KB per record the copies
+        # are most of the encoder's time). The headers count is 0, one byte.
+        prefix_bytes = sizes[:, :5].sum(axis=1)
+        section = pc.binary_join_element_wise(
+            _binary_array(ragged_bytes(fields[:, :5], sizes[:, :5])[0], prefix_bytes),
+            key_array,
+            _binary_array(ragged_bytes(fields[:, 5], sizes[:, 5])[0], sizes[:, 5]),
+            value_array, _zero_bytes(rows), b"",
+            null_handling="replace", null_replacement=b"")  # null key or value: no bytes
+    else:
+        small_data, _ = ragged_bytes(fields, sizes)
+        # Three small pieces per record: [length .. keyLength], [valueLength],
+        # [headersCount], then the headers' pieces, interleaved by one take.
+        piece_bytes = np.empty((rows, 3), dtype=np.int64)
+        piece_bytes[:, 0] = sizes[:, :5].sum(axis=1)
+        piece_bytes[:, 1:] = sizes[:, 5:]
+        arrays = [_binary_array(small_data, piece_bytes), key_array, value_array,
+                  *header_parts.arrays]
+        order = pa.array(_interleave_with_headers(rows, header_parts.counts))
+        section = pa.concat_arrays(arrays).take(order)
+    data = section.buffers()[2]
+    if data is None:
+        raise EncodeError(f"records section of {total} bytes cannot be encoded in one batch")
+    return memoryview(data)[:total], record_bytes
 
 
 def encode_batch_columns(
@@ -258,9 +315,11 @@ def _interleave_rows(rows: int) -> npt.NDArray[np.int32]:
 
 
 @functools.lru_cache(maxsize=32)
-def _interleave(rows: int) -> pa.Array:
-    """``_interleave_rows`` as an Arrow array, cached: a producer's batches often repeat sizes."""
-    return pa.array(_interleave_rows(rows).ravel())
+def _zero_bytes(rows: int) -> pa.Array:
+    """``rows`` one-byte elements 0x00 (a headers count of 0), cached: sizes often repeat."""
+    return pa.Array.from_buffers(pa.binary(), rows, [
+        None, pa.py_buffer(np.arange(rows + 1, dtype=np.int32)),
+        pa.py_buffer(np.zeros(rows, dtype=np.uint8))])
 
 
 class _HeaderParts(NamedTuple):
