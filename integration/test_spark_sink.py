@@ -317,24 +317,47 @@ def test_rejected_records_are_summarised_not_listed(
     assert len(re.findall(r"record \d+:", text)) <= 6  # a few named, never one per record
 
 
-def _failing_value(spark: Any, fail_on: str) -> Any:
-    """A UDF passing values through, but failing on ``fail_on`` after a pause: the rows
-    before it reach the sink and are sent while the input stalls, then the task fails."""
+def _failing_value(spark: Any, fail_on: str, bootstrap: str, topic: str,
+                   sent_at_least: int) -> Any:
+    """A UDF passing values through, but failing on ``fail_on`` once ``topic`` holds at least
+    ``sent_at_least`` records (committed or not): the rows before it have then reached the
+    sink and been sent, so the abort that follows has something to undo. Waiting on the topic,
+    not on a clock, keeps this true on a loaded machine."""
     from pyspark.sql.functions import udf
 
     def value(text: str) -> str:
         if text == fail_on:
-            time.sleep(3)
+            _wait_for_records(bootstrap, topic, sent_at_least, timeout_s=120)
             raise ValueError("injected input failure")
         return text
 
     return udf(value, "string")
 
 
+def _wait_for_records(bootstrap: str, topic: str, count: int, timeout_s: float) -> None:
+    """Until the high watermarks of ``topic`` add up to ``count`` (or the time is up: the
+    test's own assertion then reports what was there)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            total = sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                        for p in partitions)
+            if total >= count:
+                return
+            time.sleep(0.2)
+    finally:
+        consumer.close()
+
+
 def test_a_failed_batch_write_leaves_nothing_visible_or_open(
         session: Any, kafka: KafkaCluster, topic: str) -> None:
     prefix = f"failing-{uuid.uuid4().hex[:8]}"
-    fail = _failing_value(session, "7500")  # row 2,500 of partition 1
+    # Row 2,500 of partition 1, once partition 0's task has sent some of its rows.
+    fail = _failing_value(session, "7500", kafka.bootstrap(), topic, sent_at_least=100)
     df = session.range(0, 10_000, 1, 2).selectExpr("CAST(id AS STRING) AS text") \
         .select(fail("text").alias("value"))
     with pytest.raises(Exception, match="injected input failure"):
@@ -358,7 +381,8 @@ def test_a_failed_micro_batch_leaves_nothing_visible_or_open(
         for i in range(3000):
             producer.send(source, f"row-{i}".encode(), partition=i % 2)
         producer.flush()
-    fail = _failing_value(session, "row-1601")
+    # In batch 1, once rows of batch 1 beyond batch 0's 1000 have been sent.
+    fail = _failing_value(session, "row-1601", kafka.bootstrap(), target, sent_at_least=1_100)
     session.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
     query = (session.readStream.format("kafka")
              .option("kafka.bootstrap.servers", kafka.bootstrap()).option("subscribe", source)
