@@ -27,7 +27,9 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -88,14 +90,31 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 clock = time.process_time
 
 
-def median_seconds(action: Callable[[], object], runs: int) -> float:
+def sample_seconds(action: Callable[[], object], runs: int) -> list[float]:
+    """Seconds (by ``clock``) of each of ``runs`` calls, after one warm-up call."""
     action()  # warm up
     times = []
     for _ in range(runs):
         began = clock()
         action()
         times.append(clock() - began)
-    return statistics.median(times)
+    return times
+
+
+def median_seconds(action: Callable[[], object], runs: int) -> float:
+    return statistics.median(sample_seconds(action, runs))
+
+
+@dataclass
+class Options:
+    """What ``measure_rates`` needs of the command line (the report passes its own)."""
+
+    buffer_bytes: int = 2 << 20
+    batch_bytes: int = 64 << 10
+    runs: int = 11
+    headers: bool = False
+    skip_kafka_python: bool = False
+    clock: str = "cpu"
 
 
 def kafka_python_decode(buf: bytes) -> int:
@@ -153,8 +172,11 @@ def main() -> None:
             print(measure(value_bytes, CODECS[name], name, args), flush=True)
 
 
-def measure(value_bytes: int, codec: Compression, name: str, args: argparse.Namespace) -> str:
-    """One table row: decode and encode rates for one value size and codec."""
+def measure_rates(value_bytes: int, codec: Compression, args: Options | argparse.Namespace
+                  ) -> dict[str, Any]:
+    """Decode and encode rates (records/s, medians) and the decode samples behind them."""
+    global clock
+    clock = CLOCKS[args.clock]
     buf, count, batches = build_fetch_buffer(value_bytes, codec, args.buffer_bytes,
                                              args.batch_bytes)
 
@@ -165,7 +187,7 @@ def measure(value_bytes: int, codec: Compression, name: str, args: argparse.Name
         return to_arrow(columns, "bench-topic", 0, include_headers=args.headers)
 
     assert decode().num_rows == count
-    decode_rate = count / median_seconds(decode, args.runs)
+    decode_samples = [count / s for s in sample_seconds(decode, args.runs)]
 
     def encode() -> None:
         for keys, values, timestamps in batches:
@@ -184,18 +206,34 @@ def measure(value_bytes: int, codec: Compression, name: str, args: argparse.Name
 
     slow_runs = max(3, args.runs // 3)
     per_record_rate = count / median_seconds(encode_per_record, slow_runs)
+    theirs_samples: list[float] = []
     if args.skip_kafka_python:
         theirs_decode = theirs_encode = float("nan")
     else:
         assert kafka_python_decode(buf) == count
-        theirs_decode = count / median_seconds(lambda: kafka_python_decode(buf), slow_runs)
+        theirs_samples = [count / s for s in sample_seconds(lambda: kafka_python_decode(buf),
+                                                            slow_runs)]
+        theirs_decode = statistics.median(theirs_samples)
         theirs_encode = count / median_seconds(lambda: kafka_python_encode(batches, codec),
                                                slow_runs)
-    return (f"{value_bytes:>6} {name:>6} {count:>8} {len(buf) / 2**20:>5.2f} | "
-            f"{decode_rate / 1e6:>10.2f} M {theirs_decode / 1e6:>7.3f} M "
-            f"{decode_rate / theirs_decode:>5.1f}x | {encode_rate / 1e6:>8.2f} M "
-            f"{per_record_rate / 1e6:>7.3f} M {theirs_encode / 1e6:>7.3f} M "
-            f"{encode_rate / theirs_encode:>5.1f}x")
+    return {"records": count, "buffer_bytes": len(buf),
+            "decode": statistics.median(decode_samples), "decode_samples": decode_samples,
+            "kafka_python_decode": theirs_decode, "kafka_python_decode_samples": theirs_samples,
+            "encode": encode_rate, "encode_per_record": per_record_rate,
+            "kafka_python_encode": theirs_encode}
+
+
+def measure(value_bytes: int, codec: Compression, name: str, args: argparse.Namespace) -> str:
+    """One table row: decode and encode rates for one value size and codec."""
+    rates = measure_rates(value_bytes, codec, args)
+    return (f"{value_bytes:>6} {name:>6} {rates['records']:>8} "
+            f"{rates['buffer_bytes'] / 2**20:>5.2f} | "
+            f"{rates['decode'] / 1e6:>10.2f} M {rates['kafka_python_decode'] / 1e6:>7.3f} M "
+            f"{rates['decode'] / rates['kafka_python_decode']:>5.1f}x | "
+            f"{rates['encode'] / 1e6:>8.2f} M "
+            f"{rates['encode_per_record'] / 1e6:>7.3f} M "
+            f"{rates['kafka_python_encode'] / 1e6:>7.3f} M "
+            f"{rates['encode'] / rates['kafka_python_encode']:>5.1f}x")
 
 if __name__ == "__main__":
     main()
