@@ -80,7 +80,7 @@ def versions(cluster: KafkaCluster, spark_jars: list[Path] | None) -> dict[str, 
              "Python": platform.python_version(),
              "Java": (java.stderr.splitlines() or ["?"])[0],
              "confluent-kafka / librdkafka":
-                 f"{confluent_kafka.version()[0]} / {confluent_kafka.libversion()[0]}",
+                 f"{confluent_kafka.__version__} / {confluent_kafka.libversion()[0]}",
              "kafka-python": kafka_python.__version__, "pyarrow": pyarrow.__version__}
     if spark_jars is not None:
         import pyspark

@@ -64,9 +64,9 @@ class Config:
 
 QUICK = Config(runs=3, sizes=[100, 1000], codecs=["none"], decode_buffer_bytes=1 << 20,
                produce_records=40_000, kafka_python_produce_records=5_000,
-               produce_modes=["idempotent"], consume_bytes=16_000_000,
-               kafka_python_consume_records=20_000, spark_read_bytes=24_000_000,
-               spark_write_bytes=16_000_000, memory_records=60_000, latency_rate=10_000,
+               produce_modes=["idempotent"], consume_bytes=10_000_000,
+               kafka_python_consume_records=20_000, spark_read_bytes=12_000_000,
+               spark_write_bytes=12_000_000, memory_records=60_000, latency_rate=10_000,
                latency_seconds=12)
 FULL = Config(runs=5, sizes=[100, 1000], codecs=["none", "lz4", "zstd"],
               decode_buffer_bytes=2 << 20, produce_records=200_000,
@@ -250,10 +250,6 @@ _FETCH_BYTES = 1 << 20
 _ARROW_ROWS = 4096
 
 
-def _python_workers(jvm_pid: int) -> list[int]:
-    return bench_spark_sink._descendants(jvm_pid)
-
-
 def _rss_mb(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -271,6 +267,8 @@ def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
     One partition, so one task and one worker; the fetch bounds are lowered to 1 MiB
     responses and 4096-row Arrow batches, so that what a worker may buffer (one response
     decoding, one in flight, one Arrow batch) is ~6 MB and the topic is many times that.
+    Every Python process under Spark's JVM is sampled; the trace is the one that spent the
+    most CPU during the read (the worker that ran the task; Spark reuses workers).
     """
     size = 1000
     bound = 2 * _FETCH_BYTES + _ARROW_ROWS * (size + 100)
@@ -292,17 +290,24 @@ def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
         assert rows == (records if end is None else end), rows
 
     read(1000)  # start the Python worker, connect, import
-    baseline = max((_rss_mb(pid) for pid in _python_workers(jvm_pid)), default=0.0)
+    pids = bench_spark_sink._descendants(jvm_pid)
+    baseline = {pid: _rss_mb(pid) for pid in pids}
+    cpu_before = {pid: bench_spark_sink._cpu_s(pid, children=False) for pid in pids}
     seconds: list[float] = []
-    rss: list[float] = []
+    rss: dict[int, list[float]] = {}
     done = threading.Event()
 
     def sample() -> None:
-        began = time.perf_counter()
+        began = refreshed = time.perf_counter()
         while not done.is_set():
-            seconds.append(time.perf_counter() - began)
-            rss.append(max((_rss_mb(pid) for pid in _python_workers(jvm_pid)), default=0.0))
-            done.wait(0.05)
+            now = time.perf_counter()
+            if now - refreshed > 1.0:  # a worker forked during the read
+                pids[:] = bench_spark_sink._descendants(jvm_pid)
+                refreshed = now
+            seconds.append(now - began)
+            for pid in pids:
+                rss.setdefault(pid, [0.0] * (len(seconds) - 1)).append(_rss_mb(pid))
+            done.wait(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -311,10 +316,12 @@ def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
     finally:
         done.set()
         sampler.join(10)
-    trace = MemoryTrace(records * size, bound, seconds, rss, baseline)
+    worker = max(rss, key=lambda pid: bench_spark_sink._cpu_s(pid, children=False)
+                 - cpu_before.get(pid, 0.0))
+    trace = MemoryTrace(records * size, bound, seconds, rss[worker], baseline.get(worker, 0.0))
     progress(f"memory: {records * size / 1e6:.0f} MB read by one task, worker RSS "
-             f"{baseline:.0f} MB before, peak {trace.early_peak_mb:.0f} MB in the first third, "
-             f"{trace.peak_mb:.0f} MB overall ({len(rss)} samples)")
+             f"{trace.baseline_mb:.0f} MB before, peak {trace.early_peak_mb:.0f} MB in the first "
+             f"third, {trace.peak_mb:.0f} MB overall ({len(seconds)} samples)")
     return trace
 
 

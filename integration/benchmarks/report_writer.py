@@ -120,37 +120,44 @@ def _case_table(case: str, measurements: list[Measurement]) -> list[str]:
 
 
 def plot_case(case: str, measurements: list[Measurement], path: Path) -> None:
-    """Grouped bars: one group per scenario, one bar per connector (median), min-max whiskers."""
+    """One panel per scenario (each on its own scale: 100 B and 1 KB rates differ tenfold),
+    one bar per connector at its median, whiskers from min to max; ours outlined."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import EngFormatter
 
     rows = [m for m in measurements if m.case == case]
     connectors = list(dict.fromkeys(m.connector for m in rows))
     scenarios = list(dict.fromkeys(m.scenario for m in rows))
-    width = 0.8 / len(connectors)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(scenarios) * max(1, len(connectors) / 2)),
-                                    4.5))
-    for index, connector in enumerate(connectors):
-        xs, medians, low, high = [], [], [], []
-        for position, scenario in enumerate(scenarios):
-            found = [m for m in rows if m.scenario == scenario and m.connector == connector]
-            if not found:
-                continue
-            m = found[0]
-            xs.append(position - 0.4 + width * (index + 0.5))
-            medians.append(m.median)
-            low.append(m.median - min(m.samples))
-            high.append(max(m.samples) - m.median)
-        ours = any(m.ours for m in rows if m.connector == connector)
-        ax.bar(xs, medians, width, yerr=[low, high], capsize=3, label=connector,
-               edgecolor="black" if ours else None, linewidth=1.2 if ours else 0)
-    ax.set_xticks(range(len(scenarios)), scenarios, rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel(rows[0].unit + " (median; whiskers min-max)")
-    ax.set_title(case)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    colors = {c: f"C{i}" for i, c in enumerate(connectors)}
+    columns = min(4, len(scenarios))
+    lines = -(-len(scenarios) // columns)
+    fig, axes = plt.subplots(lines, columns, squeeze=False,
+                             figsize=(1.0 + columns * (0.55 * len(connectors) + 1.2),
+                                      0.8 + 3.2 * lines))
+    for ax, scenario in zip(axes.flat, scenarios, strict=False):
+        found = [m for c in connectors for m in rows
+                 if m.scenario == scenario and m.connector == c]
+        ax.bar(range(len(found)), [m.median for m in found],
+               yerr=[[m.median - min(m.samples) for m in found],
+                     [max(m.samples) - m.median for m in found]],
+               capsize=3, color=[colors[m.connector] for m in found],
+               edgecolor=["black" if m.ours else "none" for m in found], linewidth=1.2)
+        ax.set_xticks([])
+        ax.set_title(scenario, fontsize=9)
+        ax.yaxis.set_major_formatter(EngFormatter(sep=""))
+        ax.tick_params(axis="y", labelsize=8)
+    for ax in list(axes.flat)[len(scenarios):]:
+        ax.axis("off")
+    axes[0][0].set_ylabel(rows[0].unit)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[c]) for c in connectors]
+    fig.legend(handles, connectors, loc="lower center", ncol=min(len(connectors), 3),
+               fontsize=8, frameon=False)
+    fig.suptitle(f"{case}: median of the repetitions, whiskers min-max (ours outlined)",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0.06 + 0.04 * (len(connectors) > 3), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
