@@ -28,6 +28,7 @@ Cases (``--only`` picks some):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -118,6 +119,11 @@ def run(cluster: KafkaCluster, config: report_cases.Config, cases: list[str], ou
         spark = spark_session(jars, app_name="kafka_ds-bench")
         spark.sparkContext.setLogLevel("ERROR")
     report = Report(mode=mode, machine=machine(), versions=versions(cluster, jars))
+    if mode == "quick":
+        report.notes.append(
+            "Quick mode: topics of a few MB, 3 repetitions. Fixed costs (query start, the Python "
+            "planner, the perf tools' JVM) weigh more than in the full run: a smoke test of "
+            "the whole chain, not the figures to quote.")
     client_runs: dict[str, Callable[[], Any]] = {
         "decode": lambda: report_cases.decode(config, progress),
         "produce": lambda: report_cases.client_produce(cluster, config, progress),
@@ -145,11 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, about 5 minutes")
     parser.add_argument("--only", nargs="+", choices=CASES, default=CASES)
+    parser.add_argument("--sizes", type=int, nargs="+", help="value sizes (bytes) instead of "
+                        "the mode's")
+    parser.add_argument("--codecs", nargs="+", choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                        help="codecs instead of the mode's")
+    parser.add_argument("--runs", type=int, help="repetitions instead of the mode's")
     parser.add_argument("--out", type=Path,
                         help="output directory (default: bench-results/<UTC date>[-quick])")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
     config = report_cases.QUICK if args.quick else report_cases.FULL
+    config = dataclasses.replace(config, sizes=args.sizes or config.sizes,
+                                 codecs=args.codecs or config.codecs,
+                                 runs=args.runs or config.runs)
     day = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     out_dir = args.out or ROOT / "bench-results" / (day + ("-quick" if args.quick else ""))
     cases = [case for case in CASES if case in args.only]

@@ -111,7 +111,8 @@ def decode(config: Config, progress: Progress) -> list[Measurement]:
                     Measurement("decode (one core, CPU time)", scenario, "kafka-python decoder",
                                 False, rates["kafka_python_decode_samples"])]
             progress(f"decode {scenario}: {rates['decode'] / 1e6:.2f} M rec/s "
-                     f"({rates['decode'] / rates['kafka_python_decode']:.1f}x kafka-python)")
+                     f"({rates['decode'] / rates['kafka_python_decode']:.1f}x kafka-python; "
+                     f"this process got {rates['core_share']:.0%} of a core)")
     return out
 
 
