@@ -51,7 +51,7 @@ class MemoryTrace:
     topic_bytes: int
     bound_bytes: int             # what the fetch bounds let one worker buffer
     seconds: list[float]          # sample times since the read started
-    rss_mb: list[float]           # the largest Python worker's RSS at each sample
+    rss_mb: list[float]           # RSS of the worker that ran the task, at each sample
     baseline_mb: float            # before the read (worker idle, after a warm-up read)
 
     @property
@@ -169,7 +169,7 @@ def plot_memory(trace: MemoryTrace, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.plot(trace.seconds, trace.rss_mb, label="largest Python worker RSS")
+    ax.plot(trace.seconds, trace.rss_mb, label="RSS of the Python worker that ran the task")
     ax.axhline(trace.baseline_mb, linestyle=":", color="grey", label="before the read")
     ax.set_xlabel("seconds into the read")
     ax.set_ylabel("MB")
