@@ -68,6 +68,12 @@ def test_report_tables_and_plots_from_a_real_run(kafka: KafkaCluster, tmp_path: 
     assert f"kafka_ds send_many() / confluent-kafka={expected:.2f}x" in row
     assert len([cell for cell in row if cell.endswith("x")]) == 4  # 2 ours x 2 peers
 
+    # The target for per-record produce, checked against the same samples.
+    per_record = (statistics.median(by_name["kafka_ds send()"].samples)
+                  / statistics.median(confluent.samples))
+    assert (f"| client produce | idempotent 100 B none | kafka_ds send() / confluent-kafka | "
+            f">= 1.00x | {per_record:.2f}x | {'yes' if per_record >= 1 else 'NO'} |") in text
+
     for png in ("client-produce.png", "decode--one-core--CPU-time-.png"):
         assert f"]({png})" in text
         width, height = _png_size(tmp_path / png)

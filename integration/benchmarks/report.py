@@ -118,7 +118,8 @@ def run(cluster: KafkaCluster, config: report_cases.Config, cases: list[str], ou
         jars = fetch_spark_kafka_jars()
         spark = spark_session(jars, app_name="kafka_ds-bench")
         spark.sparkContext.setLogLevel("ERROR")
-    report = Report(mode=mode, machine=machine(), versions=versions(cluster, jars))
+    report = Report(mode=mode, machine=machine(), versions=versions(cluster, jars),
+                    targets=report_cases.TARGETS)
     if mode == "quick":
         report.notes.append(
             "Quick mode: topics of a few MB, 3 repetitions. Fixed costs (query start, the Python "

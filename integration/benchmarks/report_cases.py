@@ -35,7 +35,7 @@ from integration.benchmarks import (
     bench_spark_sink,
     bench_spark_source,
 )
-from integration.benchmarks.report_writer import Latency, Measurement, MemoryTrace
+from integration.benchmarks.report_writer import Latency, Measurement, MemoryTrace, Target
 from integration.harness.cluster import KafkaCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,6 +76,16 @@ FULL = Config(runs=5, sizes=[100, 1000], codecs=["none", "lz4", "zstd"],
               memory_records=300_000, latency_rate=10_000, latency_seconds=60)
 
 Progress = Callable[[str], None]
+
+# The goals of issue 11, checked in the report against what the run measured.
+TARGETS = [
+    Target("Spark read", " 100 B ", "pykafka", (JVM,), 2.0),
+    Target("Spark read", " 1000 B ", "pykafka", (JVM,), 1.5),
+    Target("Spark write", "", "pykafka exactly-once", (JVM,), 1.5),
+    Target("client consume", "", "kafka_ds",
+           ("confluent-kafka (tuned)", "confluent-kafka (defaults)"), 2.0),
+    Target("client produce", "", "kafka_ds send()", ("confluent-kafka",), 1.0),
+]
 
 
 def _label(size: int, codec: str) -> str:

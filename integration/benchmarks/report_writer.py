@@ -66,6 +66,18 @@ class MemoryTrace:
 
 
 @dataclass
+class Target:
+    """A goal: in every scenario of ``case`` whose name contains ``scenario_has``, the median
+    of ``ours`` is at least ``minimum`` x the best median among ``peers``."""
+
+    case: str
+    scenario_has: str
+    ours: str
+    peers: tuple[str, ...]
+    minimum: float
+
+
+@dataclass
 class Report:
     mode: str
     machine: dict[str, str]
@@ -75,6 +87,7 @@ class Report:
     latencies: list[Latency] = field(default_factory=list)
     memory: MemoryTrace | None = None
     notes: list[str] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
 
 
 def _rate(value: float, unit: str) -> str:
@@ -117,6 +130,24 @@ def _case_table(case: str, measurements: list[Measurement]) -> list[str]:
         cells += [f"{found[pair]:.2f}x" if pair in found else "-" for pair in pairs]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _target_lines(targets: list[Target], measurements: list[Measurement]) -> list[str]:
+    lines = ["| case | scenario | ours / best of | target | measured | met |",
+             "|---|---|---|---|---|---|"]
+    for target in targets:
+        rows = [m for m in measurements if m.case == target.case
+                and target.scenario_has in m.scenario]
+        for scenario in dict.fromkeys(m.scenario for m in rows):
+            by_connector = {m.connector: m for m in rows if m.scenario == scenario}
+            peers = [by_connector[p].median for p in target.peers if p in by_connector]
+            if target.ours not in by_connector or not peers:
+                continue
+            ratio = by_connector[target.ours].median / max(peers)
+            lines.append(f"| {target.case} | {scenario} | {target.ours} / "
+                         f"{', '.join(target.peers)} | >= {target.minimum:.2f}x | "
+                         f"{ratio:.2f}x | {'yes' if ratio >= target.minimum else 'NO'} |")
+    return lines if len(lines) > 2 else []
 
 
 def plot_case(case: str, measurements: list[Measurement], path: Path) -> None:
@@ -216,6 +247,9 @@ def write_report(report: Report, out_dir: Path) -> Path:
     lines += [f"- {key}: {value}" for key, value in report.machine.items()]
     lines += ["", "## Versions", ""]
     lines += [f"- {key}: {value}" for key, value in report.versions.items()]
+    targets = _target_lines(report.targets, report.measurements)
+    if targets:
+        lines += ["", "## Targets", "", *targets]
     for case in cases(report.measurements):
         png = f"{_slug(case)}.png"
         plot_case(case, report.measurements, out_dir / png)
