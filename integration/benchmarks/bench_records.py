@@ -15,6 +15,9 @@ process and on the same bytes:
 
 Each figure is the median of ``--runs`` timed repetitions, single-threaded (one core), timed by
 default with this process's CPU time so that other work on a shared machine does not count.
+CPU time does not shield a figure from a busy machine entirely (the caches and the memory
+bus are shared), so decode rows also show the fastest repetition (``best``) and the share of a
+core the process got (``core``); the last line is the README's "decoding alone" sentence.
 
     .venv/bin/python integration/benchmarks/bench_records.py
     .venv/bin/python integration/benchmarks/bench_records.py --values 100 --codecs none --runs 21

@@ -4,7 +4,8 @@ Starts a one-node harness broker and (for the Spark cases) one local[2] SparkSes
 JVM connector on its classpath, runs each case with kafka_ds beside its peers on the same
 broker, interleaving them within each repetition, prints a progress line per scenario, and
 writes ``bench-results/<UTC date>/report.md`` with ``<case>.png`` plots (bars: medians;
-whiskers: min and max of the repetitions) and ``results.json``.
+whiskers: min and max of the repetitions) and ``results.json``. The report opens with the
+machine, every version, and a Targets table (issue 11's goals, met or not, from this run).
 
 Cases (``--only`` picks some):
 
