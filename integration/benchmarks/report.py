@@ -134,12 +134,21 @@ def run(cluster: KafkaCluster, config: report_cases.Config, cases: list[str], ou
         "spark-write": lambda: report_cases.spark_write(spark, cluster, config, progress),
     }
     for case in cases:
-        if case in client_runs:
-            report.measurements += client_runs[case]()
-        elif case == "memory":
-            report.memory = report_cases.memory(spark, cluster, config, progress)
-        elif case == "latency":
-            report.latencies = report_cases.latency(spark, cluster, config, progress)
+        # A case that fails (e.g. Spark's "Python worker failed to connect back" on an
+        # overloaded machine) is named in the report; the others still run and are written.
+        try:
+            if case in client_runs:
+                report.measurements += client_runs[case]()
+            elif case == "memory":
+                report.memory = report_cases.memory(spark, cluster, config, progress)
+            elif case == "latency":
+                report.latencies = report_cases.latency(spark, cluster, config, progress)
+        except Exception as error:  # reported below, and the run exits non-zero
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            report.failed.append(case)
+            report.notes.append(f"The {case} case failed: {type(error).__name__}: "
+                                f"{first_line[:300]}")
+            progress(f"{case} FAILED: {type(error).__name__}: {first_line[:300]}")
     report.wall_s = time.perf_counter() - progress.started
     report.machine["load average at end (1, 5, 15 min)"] = ", ".join(
         f"{x:.1f}" for x in os.getloadavg())
@@ -172,9 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     with KafkaCluster(nodes=1, heap_mb=1024) as cluster:
         report = run(cluster, config, cases, out_dir, mode)
     print(f"\n{mode} run: {report.wall_s / 60:.1f} min; report: {out_dir / 'report.md'}")
+    if report.failed:
+        print(f"failed cases: {', '.join(report.failed)}", file=sys.stderr)
     for scenario, found in summary(report).items():
         print(f"  {scenario}: " + ", ".join(f"{k} {v:.2f}x" for k, v in found.items()))
-    return 0
+    return 1 if report.failed else 0
 
 
 if __name__ == "__main__":

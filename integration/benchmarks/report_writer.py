@@ -88,6 +88,7 @@ class Report:
     memory: MemoryTrace | None = None
     notes: list[str] = field(default_factory=list)
     targets: list[Target] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
 
 
 def _rate(value: float, unit: str) -> str:
