@@ -6,7 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv jars test test-fast test-compat example example-tests connect-test bench bench-spark-source bench-spark-sink fuzz \
+.PHONY: venv jars test test-fast test-compat example example-tests connect-test bench bench-quick \
+	bench-spark-source bench-spark-sink fuzz \
 	lint clean
 
 $(STAMP): pyproject.toml
@@ -51,8 +52,14 @@ example-tests: jars
 connect-test: jars
 	$(PY) -m pytest integration/test_spark_connect.py
 
+# Every benchmark in one run, kafka_ds beside the JVM connector, confluent-kafka, kafka-python
+# and Kafka's perf tools: bench-results/<date>/report.md with PNG plots (the README's figures).
 bench: jars
-	$(PY) integration/benchmarks/run_all.py
+	$(PY) -m integration.benchmarks.report
+
+# The same cases, small: about 5 minutes on a quiet 2-core machine (bench-results/<date>-quick).
+bench-quick: jars
+	$(PY) -m integration.benchmarks.report --quick
 
 # format("pykafka") beside Spark's JVM connector: batch and streaming throughput, per-batch overhead.
 bench-spark-source: jars

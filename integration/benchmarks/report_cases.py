@@ -1,0 +1,434 @@
+"""The cases of ``make bench``: each runs kafka_ds beside its peers and returns Measurements.
+
+Layer: benchmarks. The measuring functions are the existing scripts' (``bench_records``,
+``bench_producer``, ``bench_fetcher``, ``bench_spark_source``, ``bench_spark_sink``), called
+with the sizes a ``Config`` gives; what is new here is only the loop that interleaves the
+connectors within each repetition (so a burst of load elsewhere on the machine hits them
+alike), and the two cases no script had: the Python worker's memory inside Spark, and
+end-to-end latency at a steady rate.
+
+Run as ``python -m integration.benchmarks.report_cases --feed BOOTSTRAP TOPIC RATE SECONDS``
+it is the latency case's paced producer (a process of its own, so that its GIL and the
+driver's do not delay each other).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from integration.benchmarks import (
+    bench_fetcher,
+    bench_producer,
+    bench_records,
+    bench_spark_sink,
+    bench_spark_source,
+)
+from integration.benchmarks.report_writer import Latency, Measurement, MemoryTrace, Target
+from integration.harness.cluster import KafkaCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+JVM = "kafka (JVM)"
+
+
+@dataclass
+class Config:
+    """Sizes of one run: ``QUICK`` (under 5 minutes on 2 cores) or ``FULL`` (the README's)."""
+
+    runs: int
+    sizes: list[int]
+    codecs: list[str]
+    decode_buffer_bytes: int
+    produce_records: int
+    kafka_python_produce_records: int
+    produce_modes: list[str]
+    consume_bytes: int
+    kafka_python_consume_records: int
+    spark_read_bytes: int
+    spark_write_bytes: int
+    memory_records: int
+    latency_rate: int
+    latency_seconds: float
+
+
+QUICK = Config(runs=3, sizes=[100, 1000], codecs=["none"], decode_buffer_bytes=1 << 20,
+               produce_records=40_000, kafka_python_produce_records=5_000,
+               produce_modes=["idempotent"], consume_bytes=10_000_000,
+               kafka_python_consume_records=20_000, spark_read_bytes=12_000_000,
+               spark_write_bytes=12_000_000, memory_records=60_000, latency_rate=10_000,
+               latency_seconds=12)
+FULL = Config(runs=5, sizes=[100, 1000], codecs=["none", "lz4", "zstd"],
+              decode_buffer_bytes=2 << 20, produce_records=200_000,
+              kafka_python_produce_records=30_000, produce_modes=["idempotent", "transactional"],
+              consume_bytes=200_000_000, kafka_python_consume_records=200_000,
+              spark_read_bytes=200_000_000, spark_write_bytes=200_000_000,
+              memory_records=300_000, latency_rate=10_000, latency_seconds=60)
+
+Progress = Callable[[str], None]
+
+# The goals of issue 11, checked in the report against what the run measured.
+TARGETS = [
+    Target("Spark read", " 100 B ", "pykafka", (JVM,), 2.0),
+    Target("Spark read", " 1000 B ", "pykafka", (JVM,), 1.5),
+    Target("Spark write", "", "pykafka exactly-once", (JVM,), 1.5),
+    Target("client consume", "", "kafka_ds",
+           ("confluent-kafka (tuned)", "confluent-kafka (defaults)"), 2.0),
+    Target("client produce", "", "kafka_ds send()", ("confluent-kafka",), 1.0),
+]
+
+
+def _label(size: int, codec: str) -> str:
+    return f"{size} B {codec}"
+
+
+def _interleaved(runs: int, readers: dict[str, Callable[[], float]]) -> dict[str, list[float]]:
+    """``runs`` rounds, each calling every reader once, in turn."""
+    samples: dict[str, list[float]] = {name: [] for name in readers}
+    for _ in range(runs):
+        for name, read in readers.items():
+            samples[name].append(read())
+    return samples
+
+
+def _measurements(case: str, scenario: str, samples: dict[str, list[float]],
+                  ours: set[str]) -> list[Measurement]:
+    return [Measurement(case, scenario, name, name in ours, values)
+            for name, values in samples.items()]
+
+
+def decode(config: Config, progress: Progress) -> list[Measurement]:
+    """bench_records: decode into Spark's Arrow schema vs kafka-python's decoder, CPU time."""
+    out = []
+    args = bench_records.Options(buffer_bytes=config.decode_buffer_bytes,
+                                 runs=max(5, config.runs), clock="cpu")
+    for size in config.sizes:
+        for codec in ["none", "lz4", "zstd"]:
+            rates = bench_records.measure_rates(size, bench_records.CODECS[codec], args)
+            scenario = _label(size, codec)
+            out += [Measurement("decode (one core, CPU time)", scenario, "kafka_ds decode+arrow",
+                                True, rates["decode_samples"]),
+                    Measurement("decode (one core, CPU time)", scenario, "kafka-python decoder",
+                                False, rates["kafka_python_decode_samples"])]
+            progress(f"decode {scenario}: {rates['decode'] / 1e6:.2f} M rec/s "
+                     f"({rates['decode'] / rates['kafka_python_decode']:.1f}x kafka-python; "
+                     f"this process got {rates['core_share']:.0%} of a core)")
+    return out
+
+
+def client_produce(cluster: KafkaCluster, config: Config, progress: Progress
+                   ) -> list[Measurement]:
+    """bench_producer's clients, one fresh topic per client and repetition."""
+    out = []
+    names = {"ours": "kafka_ds send()", "ours-bulk": "kafka_ds send_many()",
+             "confluent": "confluent-kafka", "kafka-python": "kafka-python"}
+    for mode in config.produce_modes:
+        for size in config.sizes:
+            for codec in config.codecs:
+                samples = _interleaved(config.runs, {
+                    name: partial(_produce_once, cluster, client, size, codec, mode, config)
+                    for client, name in names.items()})
+                scenario = f"{mode} {_label(size, codec)}"
+                rows = _measurements("client produce", scenario, samples,
+                                     {names["ours"], names["ours-bulk"]})
+                out += rows
+                progress(f"client produce {scenario}: " + _line(rows))
+    return out
+
+
+def _produce_once(cluster: KafkaCluster, client: str, size: int, codec: str, mode: str,
+                  config: Config) -> float:
+    """One bench_producer client writing one fresh topic: records/s."""
+    topic = f"bench-produce-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, 1)
+    count = (config.kafka_python_produce_records if client == "kafka-python"
+             else config.produce_records)
+    values = [bytes([65 + i % 26]) * (size - 8) + i.to_bytes(8, "big") for i in range(count)]
+    return bench_producer.CLIENTS[client](cluster.bootstrap(), topic, values, codec,
+                                          mode == "transactional")
+
+
+def client_consume(cluster: KafkaCluster, config: Config, progress: Progress
+                   ) -> list[Measurement]:
+    """bench_fetcher's readers on one 1-partition topic per (size, codec)."""
+    out = []
+    for size in config.sizes:
+        for codec in config.codecs:
+            records = config.consume_bytes // size
+            topic = f"bench-consume-{size}-{codec}-{uuid.uuid4().hex[:6]}"
+            bench_fetcher._produce(cluster, topic, records, size, codec)
+            capped = min(records, config.kafka_python_consume_records)
+            bench_fetcher._ours(cluster, topic, min(records, 100_000), {})  # warm up
+            samples = _interleaved(config.runs, {
+                "kafka_ds": partial(bench_fetcher._ours, cluster, topic, records, {}),
+                "confluent-kafka (tuned)":
+                    partial(bench_fetcher._confluent, cluster, topic, records),
+                "confluent-kafka (defaults)":
+                    partial(bench_fetcher._confluent, cluster, topic, records, False),
+                "kafka-python": partial(bench_fetcher._kafka_python, cluster, topic, capped),
+                "Java ConsumerPerformance": partial(bench_fetcher._java, cluster, topic, records),
+            })
+            rows = _measurements("client consume", _label(size, codec), samples, {"kafka_ds"})
+            out += rows
+            progress(f"client consume {_label(size, codec)} ({records} records): " + _line(rows))
+    return out
+
+
+def spark_read(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
+               ) -> list[Measurement]:
+    """bench_spark_source's batch and availableNow reads, every column aggregated."""
+    out = []
+    bootstrap = cluster.bootstrap()
+    topics = {}
+    for size in config.sizes:
+        for codec in config.codecs:
+            records = config.spark_read_bytes // size
+            topic = f"bench-read-{size}-{codec}-{uuid.uuid4().hex[:6]}"
+            bench_spark_source._produce(cluster, topic, records, size, codec)
+            topics[(size, codec)] = (topic, records)
+    warm_topic, warm_records = next(iter(topics.values()))
+    for fmt in bench_spark_source.FORMATS:  # JVM classes, Python workers, stream start
+        bench_spark_source._batch(spark, fmt, bootstrap, warm_topic, warm_records)
+        bench_spark_source._stream(spark, fmt, bootstrap, warm_topic, warm_records)
+    names = {"pykafka": "pykafka", "kafka": JVM}
+    modes = ("batch", "availableNow", "availableNow, in triggers")
+    for (size, codec), (topic, records) in topics.items():
+        samples: dict[str, dict[str, list[float]]] = {
+            mode: {names[f]: [] for f in bench_spark_source.FORMATS} for mode in modes}
+        for _ in range(config.runs):
+            for fmt in bench_spark_source.FORMATS:
+                samples["batch"][names[fmt]].append(
+                    bench_spark_source._batch(spark, fmt, bootstrap, topic, records)["rps"])
+            for fmt in bench_spark_source.FORMATS:
+                # Whole query (start included: a Python source starts a planner process per
+                # query) and within the triggers (a long-running query's steady state).
+                stream = bench_spark_source._stream(spark, fmt, bootstrap, topic, records)
+                samples["availableNow"][names[fmt]].append(stream["rps"])
+                samples["availableNow, in triggers"][names[fmt]].append(stream["in_triggers_rps"])
+        for mode in modes:
+            rows = _measurements("Spark read", f"{mode} {_label(size, codec)}", samples[mode],
+                                 {"pykafka"})
+            out += rows
+            progress(f"Spark read {mode} {_label(size, codec)} ({records} records): "
+                     + _line(rows))
+    return out
+
+
+def _write_once(writer: str, df: Any, bootstrap: str, topic: str, codec: str,
+                rows: int) -> float:
+    """One bench_spark_sink write of the cached ``df``: rows/s."""
+    started = time.perf_counter()
+    bench_spark_sink._write(writer, df, bootstrap, topic, codec)
+    return rows / (time.perf_counter() - started)
+
+
+def spark_write(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
+                ) -> list[Measurement]:
+    """bench_spark_sink's writers: pykafka exactly-once and at-least-once vs the JVM sink."""
+    out = []
+    bootstrap = cluster.bootstrap()
+    names = {"eos": "pykafka exactly-once", "alo": "pykafka at-least-once", "jvm": JVM}
+    partitions = 4
+    for size in config.sizes:
+        for codec in config.codecs:
+            rows_count = config.spark_write_bytes // size
+            df = bench_spark_sink._input(spark, rows_count, size, partitions)
+            topic = f"bench-write-{size}-{codec}-{uuid.uuid4().hex[:6]}"
+            cluster.create_topic(topic, partitions)
+            for writer in names:  # warm up each path
+                bench_spark_sink._write(writer, df.limit(1000), bootstrap, topic, codec)
+
+            samples = _interleaved(config.runs, {
+                name: partial(_write_once, writer, df, bootstrap, topic, codec, rows_count)
+                for writer, name in names.items()})
+            df.unpersist()
+            rows = _measurements("Spark write", _label(size, codec), samples,
+                                 {names["eos"], names["alo"]})
+            out += rows
+            progress(f"Spark write {_label(size, codec)} ({rows_count} rows): " + _line(rows))
+    return out
+
+
+# --- memory -------------------------------------------------------------------------------
+
+_FETCH_BYTES = 1 << 20
+_ARROW_ROWS = 4096
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
+           ) -> MemoryTrace:
+    """Peak RSS of the Python worker while one task reads a topic >= 10x the fetch bounds.
+
+    One partition, so one task and one worker; the fetch bounds are lowered to 1 MiB
+    responses and 4096-row Arrow batches, so that what a worker may buffer (one response
+    decoding, one in flight, one Arrow batch) is ~6 MB and the topic is many times that.
+    Every Python process under Spark's JVM is sampled; the trace is the one that spent the
+    most CPU during the read (the worker that ran the task; Spark reuses workers).
+    """
+    size = 1000
+    bound = 2 * _FETCH_BYTES + _ARROW_ROWS * (size + 100)
+    records = max(config.memory_records, 10 * bound // size + 1)
+    topic = f"bench-memory-{uuid.uuid4().hex[:6]}"
+    bench_fetcher._produce(cluster, topic, records, size, "none")
+    jvm_pid = spark.sparkContext._gateway.proc.pid
+
+    def read(end: int | None) -> None:
+        reader = (spark.read.format("pykafka")
+                  .option("kafka.bootstrap.servers", cluster.bootstrap())
+                  .option("subscribe", topic)
+                  .option("kafka.fetch.max.bytes", str(_FETCH_BYTES))
+                  .option("kafka.max.partition.fetch.bytes", str(_FETCH_BYTES))
+                  .option("kafka.arrow.batch.rows", str(_ARROW_ROWS)))
+        if end is not None:
+            reader = reader.option("endingOffsets", f'{{"{topic}": {{"0": {end}}}}}')
+        rows = bench_spark_source._every_column(reader.load())[0][-1]
+        assert rows == (records if end is None else end), rows
+
+    read(1000)  # start the Python worker, connect, import
+    pids = bench_spark_sink._descendants(jvm_pid)
+    baseline = {pid: _rss_mb(pid) for pid in pids}
+    cpu_before = {pid: bench_spark_sink._cpu_s(pid, children=False) for pid in pids}
+    seconds: list[float] = []
+    rss: dict[int, list[float]] = {}
+    done = threading.Event()
+
+    def sample() -> None:
+        began = refreshed = time.perf_counter()
+        while not done.is_set():
+            now = time.perf_counter()
+            if now - refreshed > 1.0:  # a worker forked during the read
+                pids[:] = bench_spark_sink._descendants(jvm_pid)
+                refreshed = now
+            seconds.append(now - began)
+            for pid in pids:
+                rss.setdefault(pid, [0.0] * (len(seconds) - 1)).append(_rss_mb(pid))
+            done.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        read(None)
+    finally:
+        done.set()
+        sampler.join(10)
+    worker = max(rss, key=lambda pid: bench_spark_sink._cpu_s(pid, children=False)
+                 - cpu_before.get(pid, 0.0))
+    trace = MemoryTrace(records * size, bound, seconds, rss[worker], baseline.get(worker, 0.0))
+    progress(f"memory: {records * size / 1e6:.0f} MB read by one task, worker RSS "
+             f"{trace.baseline_mb:.0f} MB before, peak {trace.early_peak_mb:.0f} MB in the first "
+             f"third, {trace.peak_mb:.0f} MB overall ({len(seconds)} samples)")
+    return trace
+
+
+# --- latency ------------------------------------------------------------------------------
+
+def feed(bootstrap: str, topic: str, rate: int, seconds: float) -> None:
+    """Produce ``rate`` records/s for ``seconds``, in 10 ms steps; CreateTime = produce call."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+    per_step = max(1, rate // 100)
+    started = time.perf_counter()
+    sent = 0
+    while time.perf_counter() - started < seconds:
+        for _ in range(per_step):
+            producer.produce(topic, value=b"%099d" % sent)
+            sent += 1
+        producer.poll(0)
+        delay = started + sent / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+    producer.flush(30)
+
+
+def _latency_one(spark: Any, bootstrap: str, topic: str, fmt: str, seconds: float,
+                 rate: int) -> Latency:
+    import numpy as np
+    from pyspark.sql import functions as F
+
+    lags: list[np.ndarray] = []
+    warm_batches = 3
+
+    def each_batch(df: Any, batch_id: int) -> None:
+        stamps = df.select(F.unix_millis("timestamp").alias("t")).toArrow().column("t")
+        now_ms = time.time() * 1000
+        if batch_id >= warm_batches and len(stamps):
+            lags.append(now_ms - np.asarray(stamps.to_numpy(zero_copy_only=False), dtype=float))
+
+    checkpoint = tempfile.mkdtemp(prefix="bench-latency-")
+    query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "latest").load()
+             .writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
+             .start())
+    try:
+        deadline = time.monotonic() + seconds + 120
+        while not lags and time.monotonic() < deadline:  # past the warm-up batches
+            time.sleep(0.2)
+        lags.clear()
+        time.sleep(seconds)
+    finally:
+        query.stop()
+    assert lags, f"{fmt}: no micro-batch with records within {seconds + 120} s"
+    values = np.concatenate(lags)
+    name = "pykafka" if fmt == "pykafka" else JVM
+    return Latency(name, fmt == "pykafka", len(values), float(np.percentile(values, 50)),
+                   float(np.percentile(values, 99)), float(values.max()), rate)
+
+
+def latency(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
+            ) -> list[Latency]:
+    """End-to-end p50/p99 from the produce call to foreachBatch, at a steady rate."""
+    topic = f"bench-latency-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, 2)
+    budget_s = 2 * (config.latency_seconds + 60)
+    feeder = subprocess.Popen(
+        [sys.executable, "-m", "integration.benchmarks.report_cases", "--feed",
+         cluster.bootstrap(), topic, str(config.latency_rate), str(budget_s)], cwd=ROOT)
+    out = []
+    try:
+        for fmt in bench_spark_source.FORMATS:
+            found = _latency_one(spark, cluster.bootstrap(), topic, fmt, config.latency_seconds,
+                                 config.latency_rate)
+            out.append(found)
+            progress(f"latency {found.connector} at {config.latency_rate} rec/s: p50 "
+                     f"{found.p50_ms:.0f} ms, p99 {found.p99_ms:.0f} ms "
+                     f"({found.records} records)")
+    finally:
+        feeder.terminate()
+        feeder.wait(30)
+    return out
+
+
+def _line(rows: list[Measurement]) -> str:
+    ours = [m for m in rows if m.ours]
+    text = ", ".join(f"{m.connector} {m.median / 1e6:.3f} M/s" for m in rows)
+    if ours:
+        best = max(ours, key=lambda m: m.median)
+        text += " | " + ", ".join(f"{best.median / m.median:.2f}x {m.connector}"
+                                  for m in rows if not m.ours)
+    return text
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--feed"]:
+        feed(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))

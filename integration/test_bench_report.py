@@ -1,0 +1,96 @@
+"""``make bench``'s report: a tiny real run (decode, produce) written as a table and PNG plots.
+
+The figures are measured here, against the harness broker, with sizes small enough for a
+few seconds; the test checks that the report lays out what was measured (medians, min-max,
+ratios of medians) and that the plots are real PNG images, not that any client is fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import statistics
+import struct
+from pathlib import Path
+
+from integration.benchmarks import report, report_cases
+from integration.benchmarks.report_writer import Measurement, ratios
+from integration.harness.cluster import KafkaCluster
+
+TINY = dataclasses.replace(
+    report_cases.QUICK, runs=2, sizes=[100], codecs=["none"], decode_buffer_bytes=64 << 10,
+    produce_records=3_000, kafka_python_produce_records=500)
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def _table_row(text: str, heading: str, scenario: str) -> list[str]:
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    header = next(line for line in section.splitlines() if line.startswith("| scenario"))
+    row = next(line for line in section.splitlines() if line.startswith(f"| {scenario} |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    names = [cell.strip() for cell in header.strip("|").split("|")]
+    return [f"{name}={cell}" for name, cell in zip(names, cells, strict=True)]
+
+
+def test_report_tables_and_plots_from_a_real_run(kafka: KafkaCluster, tmp_path: Path) -> None:
+    found = report.run(kafka, TINY, ["decode", "produce"], tmp_path, "test")
+
+    produce = [m for m in found.measurements if m.case == "client produce"]
+    assert {m.connector for m in produce} == {"kafka_ds send()", "kafka_ds send_many()",
+                                               "confluent-kafka", "kafka-python"}
+    assert all(len(m.samples) == TINY.runs and min(m.samples) > 0 for m in produce)
+    decode = [m for m in found.measurements if m.case.startswith("decode")]
+    assert {m.scenario for m in decode} == {"100 B none", "100 B lz4", "100 B zstd"}
+
+    text = (tmp_path / "report.md").read_text()
+    for heading in ("Machine", "Versions", "client produce", "decode (one core, CPU time)"):
+        assert f"## {heading}\n" in text
+    assert re.search(r"- Kafka broker and perf tools: 4\.", text)
+    assert "- confluent-kafka / librdkafka: " in text
+
+    # The produce row shows each connector's median and spread and the ratios of medians.
+    row = _table_row(text, "client produce", "idempotent 100 B none")
+    by_name = {m.connector: m for m in produce}
+    confluent = by_name["confluent-kafka"]
+    assert (f"confluent-kafka (records/s)={_fmt(confluent.median)} ({_fmt(min(confluent.samples))}"
+            f"-{_fmt(max(confluent.samples))})") in row
+    # Computed here from the samples, not by the writer's own helper.
+    expected = (statistics.median(by_name["kafka_ds send_many()"].samples)
+                / statistics.median(confluent.samples))
+    assert f"kafka_ds send_many() / confluent-kafka={expected:.2f}x" in row
+    assert len([cell for cell in row if cell.endswith("x")]) == 4  # 2 ours x 2 peers
+
+    # The issue's target for per-record produce, checked against the same samples.
+    per_record = (statistics.median(by_name["kafka_ds send()"].samples)
+                  / statistics.median(confluent.samples))
+    assert (f"| client produce | idempotent 100 B none | kafka_ds send() / confluent-kafka | "
+            f">= 1.00x | {per_record:.2f}x | {'yes' if per_record >= 1 else 'NO'} |") in text
+
+    for png in ("client-produce.png", "decode--one-core--CPU-time-.png"):
+        assert f"]({png})" in text
+        width, height = _png_size(tmp_path / png)
+        assert width > 300 and height > 200
+
+    dumped = json.loads((tmp_path / "results.json").read_text())
+    assert dumped["ratios"]["client produce: idempotent 100 B none"][
+        "kafka_ds send_many()/confluent-kafka"] == round(expected, 2)
+
+
+def _fmt(value: float) -> str:
+    from integration.benchmarks.report_writer import _rate
+
+    return _rate(value, "records/s")
+
+
+def test_ratios_are_ours_over_each_peer_within_a_scenario() -> None:
+    rows = [Measurement("c", "s", "ours", True, [2.0, 4.0, 9.0]),
+            Measurement("c", "s", "peer", False, [1.0, 2.0, 3.0])]
+    assert ratios(rows) == {("ours", "peer"): 2.0}
