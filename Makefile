@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: venv jars test test-fast test-compat example bench bench-spark-source bench-spark-sink fuzz \
-	lint clean
+	lint clean soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ bench-spark-source: jars
 # driver's commit time per micro-batch); see integration/benchmarks/bench_spark_sink.py.
 bench-spark-sink: jars
 	$(PY) -m integration.benchmarks.bench_spark_sink
+
+# The whole pipeline (pykafka -> transform -> exactly-once pykafka) at a steady rate for 30
+# minutes: memory, lag and sockets every minute, then every row counted once (integration/soak.py).
+soak: jars
+	$(PY) -m integration.soak --minutes 30 --interval-s 60 --csv soak.csv
 
 # The long fuzz run (a million cases per fuzz test).
 fuzz: $(STAMP)

@@ -10,7 +10,8 @@ CONFIG holds what ``integration.spark_sink_app`` reads (``bootstrap``, ``input_t
 ``max_offsets_per_trigger``, ``master``, ``spark_conf``) and optionally
 ``source_bootstrap`` / ``sink_bootstrap`` (default ``bootstrap``: the tests put a fault
 proxy on either side), ``explain_file`` (the query's ``explain(extended=True)`` text, for the
-secret grep), ``progress_file`` (every progress JSON of the run) and ``trigger_seconds``
+secret grep), ``progress_file`` (every progress JSON of the run), ``log_level`` (Spark's and the
+driver's Python logging, default WARN) and ``trigger_seconds``
 (a processing-time trigger that runs until ``run_seconds`` are up, for the soak; default:
 Trigger.AvailableNow, which writes what the input held at start and stops).
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -41,7 +43,9 @@ def main(config_path: str) -> int:
     for key, value in config.get("spark_conf", {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(config.get("log_level", "WARN"))
+    if config.get("log_level"):  # the driver's kafka_ds loggers too (the secret grep reads them)
+        logging.basicConfig(level=config["log_level"], stream=sys.stderr)
     spark.dataSource.register(PyKafkaDataSource)
     source = (spark.readStream.format("pykafka")
               .option("kafka.bootstrap.servers",

@@ -76,6 +76,13 @@ class BrokerInfo:
     rack: str | None
 
 
+# The operations an ACL must grant when FindCoordinator is denied (Kafka's authorizer).
+_COORDINATOR_ACL_ADVICE = {
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "WRITE and DESCRIBE",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "READ and DESCRIBE",
+}
+
+
 class CoordinatorType(IntEnum):
     GROUP = 0
     TRANSACTION = 1
@@ -307,6 +314,12 @@ class Cluster:
             code, message, node = response.error_code, response.error_message, (
                 response.node_id, response.host, response.port)
         what = "transactional id" if key_type == CoordinatorType.TRANSACTION else "group"
+        if code in _COORDINATOR_ACL_ADVICE:
+            # The broker does not say who was denied: name the principal we logged in as.
+            who = self.principal or "this client"
+            return BrokerError(code, f"finding the coordinator of {what} {key!r} as {who}",
+                               message or f"an ACL must allow {who} "
+                                          f"{_COORDINATOR_ACL_ADVICE[code]} on {what} {key!r}")
         if code:
             return BrokerError(code, f"finding the coordinator of {what} {key!r}", message)
         node_id, host, port = node

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kafka_ds.client.cluster import Cluster
+from kafka_ds.client.cluster import Cluster, CoordinatorType
 from kafka_ds.client.config import ClientConfig
 from kafka_ds.client.topic_errors import (
     TopicAuthorizationError,
@@ -23,6 +23,7 @@ from kafka_ds.client.topic_errors import (
 )
 from kafka_ds.net.pool import NetworkClient
 from kafka_ds.protocol.errors import BrokerError, DataLossError, ErrorCode, KafkaTimeoutError
+from kafka_ds.protocol.messages.find_coordinator import FindCoordinatorResponse
 from kafka_ds.protocol.messages.metadata import (
     MetadataResponse,
     MetadataResponseBroker,
@@ -132,3 +133,29 @@ def test_deleted_is_data_loss_and_says_so() -> None:
     assert isinstance(error, DataLossError) and isinstance(error, TopicDeletedError)
     assert str(error) == ("data loss in t-3: the topic was deleted while offset 120 was being "
                           "read. Set fail.on.data.loss=false")
+
+
+@pytest.mark.parametrize(("key_type", "code", "what", "operations"), [
+    (CoordinatorType.TRANSACTION, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+     "transactional id", "WRITE and DESCRIBE"),
+    (CoordinatorType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED, "group", "READ and DESCRIBE"),
+])
+def test_a_denied_coordinator_lookup_names_the_key_and_principal(
+        cluster: Cluster, key_type: CoordinatorType, code: ErrorCode, what: str,
+        operations: str) -> None:
+    class _Connection:
+        node_id = 1
+
+        def version_for(self, api_key: Any) -> int:
+            return 3
+
+    cluster.client.any_connection = lambda: _Connection()  # type: ignore[method-assign]
+    cluster.client.request = lambda *args, **kwargs: FindCoordinatorResponse(  # type: ignore[method-assign]
+        error_code=code, error_message=None, node_id=-1, host="", port=-1)
+    with pytest.raises(BrokerError) as caught:
+        cluster.coordinator(key_type, "the-key")
+    message = str(caught.value)
+    assert caught.value.code == code and not caught.value.retriable
+    assert f"{what} 'the-key' as User:carol" in message
+    assert f"an ACL must allow User:carol {operations}" in message
+    assert "secret" not in message
