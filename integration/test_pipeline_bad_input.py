@@ -10,6 +10,7 @@ with DENY ACLs for ``User:alice`` on the SASL_PLAIN listener, removed again at t
 from __future__ import annotations
 
 import struct
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -168,13 +169,11 @@ def _alice(kafka: KafkaCluster) -> dict[str, str]:
 
 def _eventually_denied(action: Callable[[], Any], timeout_s: float = 30) -> str:
     """ACLs reach the broker through the metadata log: retry until the denial shows."""
-    import time
-
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             action()
-        except Exception as error:  # noqa: BLE001 - Spark wraps ours; the text is the test
+        except Exception as error:  # Spark wraps ours: the text is what the test checks
             if "AUTHORIZATION_FAILED" in str(error) or time.monotonic() > deadline:
                 return str(error)
         else:

@@ -77,7 +77,7 @@ class BrokerInfo:
 
 
 # The operations an ACL must grant when FindCoordinator is denied (Kafka's authorizer).
-_COORDINATOR_ACL_ADVICE = {
+_COORDINATOR_ACL_ADVICE: dict[int, str] = {
     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "WRITE and DESCRIBE",
     ErrorCode.GROUP_AUTHORIZATION_FAILED: "READ and DESCRIBE",
 }
