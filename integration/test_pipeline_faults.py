@@ -54,6 +54,7 @@ def test_task_failures_at_random_points_are_retried_by_spark_exactly_once(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # eleven driver starts
 def test_ten_driver_kills_over_200k_rows_lose_nothing_and_write_nothing_twice(
         kafka: KafkaCluster, tmp_path: Path) -> None:
     rows, batches = 200_000, 10
@@ -139,6 +140,7 @@ def test_partition_leader_killed_in_a_three_broker_cluster(kafka_cluster3: Kafka
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to four driver starts
 def test_network_faults_on_reader_and_writer_through_the_proxy(
         proxied_kafka: ProxiedKafkaCluster, tmp_path: Path) -> None:
     rng = random.Random()

@@ -22,7 +22,13 @@ from kafka_ds.client.topic_errors import (
     UnknownTopicError,
 )
 from kafka_ds.net.pool import NetworkClient
-from kafka_ds.protocol.errors import BrokerError, DataLossError, ErrorCode, KafkaTimeoutError
+from kafka_ds.protocol.errors import (
+    BrokerError,
+    DataLossError,
+    ErrorCode,
+    KafkaTimeoutError,
+    NetworkError,
+)
 from kafka_ds.protocol.messages.find_coordinator import FindCoordinatorResponse
 from kafka_ds.protocol.messages.metadata import (
     MetadataResponse,
@@ -159,3 +165,48 @@ def test_a_denied_coordinator_lookup_names_the_key_and_principal(
     assert f"{what} 'the-key' as User:carol" in message
     assert f"an ACL must allow User:carol {operations}" in message
     assert "secret" not in message
+
+
+def test_a_connection_broken_under_a_metadata_request_is_retried(cluster: Cluster) -> None:
+    """A cut link (or a broker restarting) under one Metadata request is not the end: the
+    refresh asks again on a fresh connection, within its timeout (found by the pipeline's
+    proxy test, where a sink task's intent lookup died of a single cut connection)."""
+    class _Connection:
+        node_id = 1
+
+        def version_for(self, api_key: Any) -> int:
+            return 4
+
+    answers: list[Any] = [NetworkError("broker 127.0.0.1:1 closed the connection"),
+                          _answer()]
+
+    def request(*args: Any, **kwargs: Any) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    cluster.client.any_connection = lambda: _Connection()  # type: ignore[method-assign]
+    cluster.client.request = request  # type: ignore[method-assign]
+    assert cluster.topic("t").partitions[0].leader_id == 1
+    assert answers == []  # asked twice
+
+
+def test_a_connection_that_keeps_breaking_fails_within_the_timeout(cluster: Cluster) -> None:
+    class _Connection:
+        node_id = 1
+
+        def version_for(self, api_key: Any) -> int:
+            return 4
+
+    calls: list[int] = []
+
+    def request(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        raise NetworkError("broker 127.0.0.1:1 closed the connection")
+
+    cluster.client.any_connection = lambda: _Connection()  # type: ignore[method-assign]
+    cluster.client.request = request  # type: ignore[method-assign]
+    with pytest.raises(NetworkError):
+        cluster.refresh(["t"], timeout_ms=50)
+    assert len(calls) > 1
