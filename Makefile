@@ -6,9 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv jars test test-fast test-compat example example-tests connect-test bench bench-quick \
-	bench-spark-source bench-spark-sink fuzz \
-	lint clean
+.PHONY: venv jars test test-long test-fast test-compat example example-tests connect-test bench \
+	bench-quick bench-spark-source bench-spark-sink fuzz soak lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +27,12 @@ jars: $(STAMP)
 
 # The whole suite: unit tests, then real-broker tests (single broker and a 3-broker cluster).
 test: jars
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not long"
+
+# The pipeline fault scenarios that take minutes each (ten driver kills over 200k rows, broker
+# and leader kills, the proxy, a broker down past the timeouts): about an hour on 2 cores.
+test-long: jars
+	$(PY) -m pytest -m long
 
 # Unit tests only (no broker, no Spark).
 test-fast: $(STAMP)
@@ -69,6 +73,11 @@ bench-spark-source: jars
 # driver's commit time per micro-batch); see integration/benchmarks/bench_spark_sink.py.
 bench-spark-sink: jars
 	$(PY) -m integration.benchmarks.bench_spark_sink
+
+# The whole pipeline (pykafka -> transform -> exactly-once pykafka) at a steady rate for 30
+# minutes: memory, lag and sockets every minute, then every row counted once (integration/soak.py).
+soak: jars
+	$(PY) -m integration.soak --minutes 30 --interval-s 60 --csv soak.csv
 
 # The long fuzz run (a million cases per fuzz test).
 fuzz: $(STAMP)

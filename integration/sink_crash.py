@@ -30,16 +30,19 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class CrashRun:
+    APP = "integration.spark_sink_app"  # the driver program's module (``python -m``)
+
     def __init__(self, kafka: KafkaCluster, work: Path, name: str, *, rows: int,
                  batch_rows: int, input_partitions: int = 2, output_partitions: int = 3,
-                 sink_options: dict[str, str] | None = None) -> None:
+                 sink_options: dict[str, str] | None = None, replication_factor: int = 1,
+                 topic_config: dict[str, str] | None = None) -> None:
         self.kafka = kafka
         self.work = work
         self.rows = rows
         self.input_topic = f"{name}-in"
         self.output_topic = f"{name}-out"
-        kafka.create_topic(self.input_topic, input_partitions)
-        kafka.create_topic(self.output_topic, output_partitions)
+        kafka.create_topic(self.input_topic, input_partitions, replication_factor, topic_config)
+        kafka.create_topic(self.output_topic, output_partitions, replication_factor, topic_config)
         with Producer({"bootstrap.servers": kafka.bootstrap(), "linger.ms": "5"}) as producer:
             for i in range(rows):
                 producer.send(self.input_topic, f"row-{i}".encode(), key=f"k{i % 101}".encode(),
@@ -86,7 +89,7 @@ class CrashRun:
         """One driver program until the query ends (or is killed)."""
         path = self.config_file(**overrides)
         started = time.monotonic()
-        result = subprocess.run([sys.executable, "-m", "integration.spark_sink_app", str(path)],
+        result = subprocess.run([sys.executable, "-m", self.APP, str(path)],
                                 cwd=REPO, env=self.env(), capture_output=True, text=True,
                                 timeout=timeout_s)
         self.record(result, started)

@@ -18,7 +18,8 @@ conftest.py. Fixtures (clusters and Spark start lazily, on first use, once per r
   cluster=None) -> str``: creates a uniquely named topic (default on ``kafka``).
 * ``topic`` -> str: a fresh one-partition topic on ``kafka``.
 
-Markers: ``cluster`` (needs the 3-node cluster), ``slow`` (long runs), ``spark``.
+Markers: ``cluster`` (needs the 3-node cluster), ``slow`` (long runs), ``long`` (pipeline
+fault scenarios of minutes each, left out of ``make test``), ``spark``.
 Kafka version: ``--kafka-version X`` or ``$KAFKA_VERSION`` (default jars.DEFAULT_KAFKA_VERSION).
 """
 
@@ -40,6 +41,7 @@ from .jars import kafka_version as resolve_kafka_version
 MARKERS = {
     "cluster": "needs the 3-node Kafka cluster (kafka_cluster3 fixture)",
     "slow": "long-running test (soak, large volumes); deselect with -m 'not slow'",
+    "long": "pipeline fault scenarios of minutes each, outside `make test`: `make test-long`",
     "spark": "starts or uses the shared local SparkSession",
 }
 

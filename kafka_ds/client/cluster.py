@@ -28,7 +28,13 @@ from kafka_ds.client.config import ClientConfig
 from kafka_ds.client.topic_errors import TopicAuthorizationError, UnknownTopicError
 from kafka_ds.net.pool import NetworkClient
 from kafka_ds.protocol.api_keys import ApiKey
-from kafka_ds.protocol.errors import BrokerError, ErrorCode, KafkaDsError, KafkaTimeoutError
+from kafka_ds.protocol.errors import (
+    BrokerError,
+    ErrorCode,
+    KafkaDsError,
+    KafkaTimeoutError,
+    NetworkError,
+)
 from kafka_ds.protocol.messages.find_coordinator import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
@@ -74,6 +80,13 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None
+
+
+# The operations an ACL must grant when FindCoordinator is denied (Kafka's authorizer).
+_COORDINATOR_ACL_ADVICE: dict[int, str] = {
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "WRITE and DESCRIBE",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "READ and DESCRIBE",
+}
 
 
 class CoordinatorType(IntEnum):
@@ -131,9 +144,23 @@ class Cluster:
     def refresh(self, topics: Iterable[str] | None = None, timeout_ms: int | None = None) -> None:
         """Fetch metadata for ``topics`` (plus those already cached); None means all topics."""
         wanted = None if topics is None else sorted(set(topics) | set(self.topics))
-        connection = self.client.any_connection()
-        response = self._metadata(connection.node_id, connection.version_for(ApiKey.METADATA),
-                                  wanted, timeout_ms)
+        timeout = self.client.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        deadline_ms = self.client.clock.monotonic_ms() + timeout
+        while True:
+            connection = self.client.any_connection()
+            try:
+                response = self._metadata(connection.node_id,
+                                          connection.version_for(ApiKey.METADATA), wanted,
+                                          timeout_ms)
+                break
+            except NetworkError:
+                # A connection that breaks under the request (a broker restarting, a link
+                # cut) is worth another try on a fresh one, within the timeout, as the Java
+                # client retries metadata; a broker that cannot be reached at all fails in
+                # any_connection() above instead.
+                if self.client.clock.monotonic_ms() + self.retry_backoff_ms >= deadline_ms:
+                    raise
+                self.client.clock.sleep_ms(self.retry_backoff_ms)
         self._apply(response, replace_all=wanted is None)
 
     def _metadata(self, node_id: int, version: int, wanted: list[str] | None,
@@ -307,6 +334,12 @@ class Cluster:
             code, message, node = response.error_code, response.error_message, (
                 response.node_id, response.host, response.port)
         what = "transactional id" if key_type == CoordinatorType.TRANSACTION else "group"
+        if code in _COORDINATOR_ACL_ADVICE:
+            # The broker does not say who was denied: name the principal we logged in as.
+            who = self.principal or "this client"
+            return BrokerError(code, f"finding the coordinator of {what} {key!r} as {who}",
+                               message or f"an ACL must allow {who} "
+                                          f"{_COORDINATOR_ACL_ADVICE[code]} on {what} {key!r}")
         if code:
             return BrokerError(code, f"finding the coordinator of {what} {key!r}", message)
         node_id, host, port = node

@@ -33,6 +33,7 @@ from kafka_ds.protocol.errors import (
     AuthenticationError,
     BrokerError,
     ConfigError,
+    ErrorCode,
     KafkaDsError,
 )
 from kafka_ds.protocol.types import TopicPartition
@@ -141,15 +142,24 @@ class OffsetReader:
         known_topics = {tp.topic for tp in known}
         missing = [name for name in self.missing_topics() if name not in known_topics]
         for _ in range(1, self.options.fetch_offset_num_retries):
+            self._raise_if_denied(missing)
             if not missing:
                 break
             # Ask again before failing: a topic created a moment ago can still answer
             # LEADER_NOT_AVAILABLE, which metadata does not tell apart from "no such topic".
             time.sleep(self.options.fetch_offset_retry_interval_ms / 1000)
             missing = [name for name in self.missing_topics() if name not in known_topics]
+        self._raise_if_denied(missing)
         if missing:
             option = "subscribe" if self.options.strategy == SUBSCRIBE else "assign"
             raise TopicNotFoundError(missing, option)
+
+    def _raise_if_denied(self, missing: list[str]) -> None:
+        """A topic the principal may not describe is missing from Metadata too: say that it
+        is denied (naming topic and principal), not that it does not exist."""
+        for name in missing:
+            if self.cluster.topic_errors.get(name) == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                raise self.cluster.topic_error(name)
 
     def leaders(self) -> dict[TopicPartition, int]:
         """The leader node of each partition, as last seen in metadata (-1 unknown)."""
