@@ -340,3 +340,22 @@ def test_a_broker_that_never_answers_times_out(silent_server: _Silent) -> None:
     with _connect(props) as cluster, pytest.raises(KafkaTimeoutError, match="700 ms"):
         cluster.topic("anything")
     assert time.monotonic() - started < request_timeout_ms / 1000 / 2
+
+
+def test_a_connection_closed_between_polls_is_replaced_on_a_reused_fd(kafka: KafkaCluster) -> None:
+    """A connection that closes itself outside ``poll`` (a failed write does) leaves its socket
+    registered with the selector; the new socket usually gets the same fd number back from
+    the kernel. Found by the pipeline proxy test as ``KeyError: ... is already registered``."""
+    with _connect(kafka_ds_properties(kafka, "PLAINTEXT")) as cluster:
+        client = cluster.client
+        old = client.any_connection()
+        node_id = old.node_id
+        assert old.sock is not None
+        old_fd = old.sock.fileno()
+        old.close(NetworkError("cut by the test"))  # as a failed send would
+        new = client.connection(node_id)
+        assert new is not old and new.connected
+        assert new.sock is not None and new.sock.fileno() == old_fd  # the fault's precondition
+        # The replacement works: a metadata request goes over it and gets its answer.
+        cluster.refresh(timeout_ms=10_000)
+        assert client.connection(node_id) is new and new.connected

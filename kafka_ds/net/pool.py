@@ -137,6 +137,13 @@ class NetworkClient:
             # Idle past its SASL session: the broker would close it on our next request.
             self.metrics.expired_sessions_closed += 1
             self._drop(node_id, NetworkError(f"SASL session with broker {node_id} expired"))
+        elif existing is not None or node_id in self._registered:
+            # A connection that closed itself between polls (a failed write, a cut) is still
+            # registered with the selector under its old socket. Its fd number is free now and
+            # the new socket may well get it, which the selector would refuse as a duplicate.
+            self._drop(node_id, existing.closed_error if existing is not None
+                       and existing.closed_error is not None
+                       else NetworkError(f"connection to broker {node_id} closed"))
         address = self._nodes.get(node_id) or self._bootstrap_ids.get(node_id)
         if address is None:
             raise NetworkError(f"no address known for broker {node_id}; refresh metadata")
