@@ -62,13 +62,29 @@ def connect_url() -> Iterator[str]:
         procs.terminate([server], timeout_s=30)
 
 
+# What ``builder.remote()`` sets in os.environ: with it left behind, pyspark takes this whole
+# process (and every subprocess it starts) for a Connect client, and the classic session the
+# later test modules share fails ("Argument `col` should be Column or str, got Column").
+_CONNECT_MODE_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "SPARK_REMOTE")
+
+
 @pytest.fixture(scope="module")
 def remote(connect_url: str) -> Iterator[Any]:
     from pyspark.sql import SparkSession
+    from pyspark.sql.utils import is_remote
 
+    saved = {name: os.environ.get(name) for name in _CONNECT_MODE_VARIABLES}
     session = SparkSession.builder.remote(connect_url).create()
-    yield session
-    session.stop()
+    try:
+        yield session
+    finally:
+        session.stop()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    assert not is_remote(), "the Connect session left this process in Connect mode"
 
 
 def _produce(kafka: KafkaCluster, topic: str, count: int, tag: str) -> list[bytes]:

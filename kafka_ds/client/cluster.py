@@ -146,6 +146,7 @@ class Cluster:
         wanted = None if topics is None else sorted(set(topics) | set(self.topics))
         timeout = self.client.config.request_timeout_ms if timeout_ms is None else timeout_ms
         deadline_ms = self.client.clock.monotonic_ms() + timeout
+        refused_in_a_row = 0
         while True:
             connection = self.client.any_connection()
             try:
@@ -157,8 +158,13 @@ class Cluster:
                 # A connection that breaks under the request (a broker restarting, a link
                 # cut) is worth another try on a fresh one, within the timeout, as the Java
                 # client retries metadata; a broker that cannot be reached at all fails in
-                # any_connection() above instead.
-                if self.client.clock.monotonic_ms() + self.retry_backoff_ms >= deadline_ms:
+                # any_connection() above instead. But fresh connections closed at their first
+                # request twice running are a listener refusing us (security.protocol or
+                # SASL not what it expects): that error, which says so, is raised at once.
+                refused_in_a_row = refused_in_a_row + 1 if connection.responses_received == 0 \
+                    else 0
+                if refused_in_a_row >= 2 or \
+                        self.client.clock.monotonic_ms() + self.retry_backoff_ms >= deadline_ms:
                     raise
                 self.client.clock.sleep_ms(self.retry_backoff_ms)
         self._apply(response, replace_all=wanted is None)

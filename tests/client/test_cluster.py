@@ -173,6 +173,7 @@ def test_a_connection_broken_under_a_metadata_request_is_retried(cluster: Cluste
     proxy test, where a sink task's intent lookup died of a single cut connection)."""
     class _Connection:
         node_id = 1
+        responses_received = 3  # a connection that had been serving requests
 
         def version_for(self, api_key: Any) -> int:
             return 4
@@ -195,6 +196,7 @@ def test_a_connection_broken_under_a_metadata_request_is_retried(cluster: Cluste
 def test_a_connection_that_keeps_breaking_fails_within_the_timeout(cluster: Cluster) -> None:
     class _Connection:
         node_id = 1
+        responses_received = 3  # a connection that had been serving requests
 
         def version_for(self, api_key: Any) -> int:
             return 4
@@ -210,3 +212,28 @@ def test_a_connection_that_keeps_breaking_fails_within_the_timeout(cluster: Clus
     with pytest.raises(NetworkError):
         cluster.refresh(["t"], timeout_ms=50)
     assert len(calls) > 1
+
+
+def test_fresh_connections_refused_twice_fail_at_once_naming_the_listener_mismatch(
+        cluster: Cluster) -> None:
+    """A listener that closes every fresh connection at its first request (PLAINTEXT to a
+    SASL listener) is not waited out to the timeout: the second refusal is raised."""
+    class _Connection:
+        node_id = 1
+        responses_received = 0
+
+        def version_for(self, api_key: Any) -> int:
+            return 4
+
+    calls: list[int] = []
+
+    def request(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        raise NetworkError("broker 127.0.0.1:1 closed the connection before answering our "
+                           "first request: check security.protocol")
+
+    cluster.client.any_connection = lambda: _Connection()  # type: ignore[method-assign]
+    cluster.client.request = request  # type: ignore[method-assign]
+    with pytest.raises(NetworkError, match="security.protocol"):
+        cluster.refresh(["t"], timeout_ms=600_000)
+    assert len(calls) == 2
