@@ -234,6 +234,6 @@ def test_fresh_connections_refused_twice_fail_at_once_naming_the_listener_mismat
 
     cluster.client.any_connection = lambda: _Connection()  # type: ignore[method-assign]
     cluster.client.request = request  # type: ignore[method-assign]
-    with pytest.raises(NetworkError, match="security.protocol"):
+    with pytest.raises(NetworkError, match=r"security\.protocol"):
         cluster.refresh(["t"], timeout_ms=600_000)
     assert len(calls) == 2
