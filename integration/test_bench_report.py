@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import statistics
 import struct
 from pathlib import Path
@@ -53,7 +52,8 @@ def test_report_tables_and_plots_from_a_real_run(kafka: KafkaCluster, tmp_path: 
     text = (tmp_path / "report.md").read_text()
     for heading in ("Machine", "Versions", "client produce", "decode (one core, CPU time)"):
         assert f"## {heading}\n" in text
-    assert re.search(r"- Kafka broker and perf tools: 4\.", text)
+    # The broker the harness runs (4.x, or 3.9 under make test-compat), not a fixed version.
+    assert f"- Kafka broker and perf tools: {kafka.version}\n" in text
     assert "- confluent-kafka / librdkafka: " in text
 
     # The produce row shows each connector's median and spread and the ratios of medians.

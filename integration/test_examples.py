@@ -29,6 +29,9 @@ sys.path.insert(0, str(REPO / "examples"))
 
 from local_run import spark_submit  # noqa: E402
 
+# Spark runs in every test here (make test-compat, which deselects spark, need not repeat them).
+pytestmark = pytest.mark.spark
+
 _BASE_MS = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
 _CONSOLE_ROW = re.compile(r"^\|(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\|(\S+)\s*\|(\d+)\s*\|$")
 

@@ -29,6 +29,9 @@ from integration.harness.spark import SPARK_CONF_DIR
 from integration.harness.standalone import spark_home
 from integration.producer_util import read_all, read_committed
 
+# Spark runs in every test here (make test-compat, which deselects spark, need not repeat them).
+pytestmark = pytest.mark.spark
+
 _STARTUP_TIMEOUT_S = 240.0
 
 
