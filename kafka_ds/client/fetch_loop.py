@@ -40,8 +40,9 @@ Error handling, per partition unless said otherwise:
   has been handed out, or with ``fail.on.data.loss=false`` skips to the earliest available
   offset, logging a warning and counting ``offsets_skipped``.
 
-Decoding runs in the calling thread, or with ``decode.threads`` in a small pool: chunks are
-submitted as responses arrive and handed out in arrival order (``Chunk.decoding``).
+Decoding (``chunk_decode``) runs in the calling thread, or with ``decode.threads`` in a small
+pool: chunks are submitted as responses arrive and handed out in arrival order
+(``Chunk.decoding``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_ds.client import offsets as offset_lookup
+from kafka_ds.client.chunk_decode import decode_chunk
 from kafka_ds.client.cluster import Cluster
 from kafka_ds.client.fetch_config import FetchConfig, FetchMetrics
 from kafka_ds.client.fetch_state import (
@@ -91,8 +93,7 @@ from kafka_ds.protocol.fetch_session import (
     PendingFetch,
 )
 from kafka_ds.protocol.messages.fetch import FetchResponse, PartitionData
-from kafka_ds.protocol.read_committed import filter_committed
-from kafka_ds.protocol.record_columns import DecodeArea, RecordColumns, decode_columns
+from kafka_ds.protocol.record_columns import RecordColumns
 from kafka_ds.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -102,15 +103,6 @@ _SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH
 _NO_TP = TopicPartition("", -1)
 # Waiting for the network wakes up at least this often to check backoffs and timeouts.
 _POLL_SLICE_MS = 200
-# Each thread decompresses into one DecodeArea, kept from one response (and read) to the next.
-_decode_areas = threading.local()
-
-
-def _decode_area() -> DecodeArea:
-    area: DecodeArea | None = getattr(_decode_areas, "area", None)
-    if area is None:
-        area = _decode_areas.area = DecodeArea()
-    return area
 
 
 @dataclass(eq=False)
@@ -203,7 +195,7 @@ class FetchLoop:
         if chunk.decoding is not None:
             columns, elapsed_ns = chunk.decoding.result()
         else:
-            columns, elapsed_ns = self._decode(chunk)
+            columns, elapsed_ns = decode_chunk(chunk, self.config, self.include_headers)
         # The decoded columns are copies: let the response buffer go before the caller gets
         # them, so it is not held while the caller works.
         chunk.records = chunk.decoding = None
@@ -395,7 +387,8 @@ class FetchLoop:
                     chunk.node_id, chunk.response_id = node.node_id, self._responses
                     chunk.budget = budget
                     if self._decoder is not None:
-                        chunk.decoding = self._decoder.submit(self._decode, chunk)
+                        chunk.decoding = self._decoder.submit(decode_chunk, chunk, self.config,
+                                                             self.include_headers)
         return len(self._queue) > queued
 
     def _on_done(self, node: BrokerFetch, future: RequestFuture[Any],
@@ -686,23 +679,3 @@ class FetchLoop:
             f"reading {part.tp} [{part.start}, {part.end}) made no progress at offset "
             f"{part.position} for {self.config.fetch_timeout_ms} ms{detail}. "
             "Raise fetch.timeout.ms to wait longer")
-
-    # --- decoding --------------------------------------------------------------------------
-
-    def _decode(self, chunk: Chunk) -> tuple[RecordColumns, int]:
-        """Decode one chunk; returns the columns and the time it took. Thread-safe: it touches
-        nothing but the chunk (numpy, Arrow, zstd, lz4 and crc32c release the GIL for most of
-        it, which is what a decode thread overlaps with the network and the caller)."""
-        started_ns = time.perf_counter_ns()
-        part = chunk.part
-        assert part is not None
-        config = self.config
-        columns = decode_columns(
-            chunk.records, start_offset=chunk.fetch_offset, end_offset=part.end,
-            include_headers=self.include_headers,
-            max_decompressed_bytes=config.max_decompressed_bytes, topic=part.tp.topic,
-            partition=part.tp.partition, verify_crc=config.check_crcs, budget=chunk.budget,
-            area=_decode_area())
-        if config.read_committed and chunk.aborted:
-            columns = filter_committed(columns, chunk.aborted)
-        return columns, time.perf_counter_ns() - started_ns
