@@ -25,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+from integration.benchmarks.cpu_meter import rss_mib
 from integration.harness.cluster import KafkaCluster
 from integration.pipeline_run import PipelineRun
 from kafka_ds.client.producer import Producer
@@ -49,16 +50,6 @@ def _descendants(root: int) -> list[int]:
         found.append(pid)
         todo.extend(tree.get(pid, []))
     return found
-
-
-def _rss_mib(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 def _sockets(pid: int) -> int:
@@ -134,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             python = [p for p in pids if p not in jvm]
             end = sum(kafka_end_offsets(kafka, pipe.input_topic))
             sample = {"minute": round((time.monotonic() - started) / 60, 2),
-                      "jvm_rss_mib": round(sum(map(_rss_mib, jvm))),
-                      "python_rss_mib": round(sum(map(_rss_mib, python))),
+                      "jvm_rss_mib": round(sum(map(rss_mib, jvm))),
+                      "python_rss_mib": round(sum(map(rss_mib, python))),
                       "python_processes": len(python),
                       "sockets": sum(map(_sockets, pids)),
                       "produced": produced, "lag": end - _committed_offsets(work / "checkpoint")}

@@ -35,6 +35,7 @@ from integration.benchmarks import (
     bench_spark_sink,
     bench_spark_source,
 )
+from integration.benchmarks.cpu_meter import rss_mib
 from integration.benchmarks.report_writer import Latency, Measurement, MemoryTrace, Target
 from integration.harness.cluster import KafkaCluster
 
@@ -265,16 +266,6 @@ _FETCH_BYTES = 1 << 20
 _ARROW_ROWS = 4096
 
 
-def _rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
 def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
            ) -> MemoryTrace:
     """Peak RSS of the Python worker while one task reads a topic >= 10x the fetch bounds.
@@ -306,7 +297,7 @@ def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
 
     read(1000)  # start the Python worker, connect, import
     pids = bench_spark_sink._descendants(jvm_pid)
-    baseline = {pid: _rss_mb(pid) for pid in pids}
+    baseline = {pid: rss_mib(pid) for pid in pids}
     cpu_before = {pid: bench_spark_sink._cpu_s(pid, children=False) for pid in pids}
     seconds: list[float] = []
     rss: dict[int, list[float]] = {}
@@ -321,7 +312,7 @@ def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
                 refreshed = now
             seconds.append(now - began)
             for pid in pids:
-                rss.setdefault(pid, [0.0] * (len(seconds) - 1)).append(_rss_mb(pid))
+                rss.setdefault(pid, [0.0] * (len(seconds) - 1)).append(rss_mib(pid))
             done.wait(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
