@@ -316,14 +316,7 @@ class Producer:
                                   created_ms + self.config.delivery_timeout_ms, BatchResult())
             with self._lock:
                 while not self._accumulator.append_batch(batch):
-                    self._sender.client.wakeup()
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise KafkaTimeoutError(
-                            f"buffer.memory ({self.config.buffer_memory_bytes} bytes) stayed "
-                            f"full for max.block.ms ({self.config.max_block_ms} ms) in "
-                            "send_arrow(); raise buffer.memory or max.block.ms")
-                    self._memory_freed.wait(remaining)
+                    self._await_free_memory(deadline, "send_arrow()")
                 if txn is not None:
                     txn.record_count += encoded.record_count
             touched.append(batch)
@@ -351,14 +344,7 @@ class Producer:
                                                     cumulative, start, now_ms, touched, stop)
                     if start >= stop:
                         break
-                    self._sender.client.wakeup()
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise KafkaTimeoutError(
-                            f"buffer.memory ({self.config.buffer_memory_bytes} bytes) stayed "
-                            f"full for max.block.ms ({self.config.max_block_ms} ms) in "
-                            "send_many(); raise buffer.memory or max.block.ms")
-                    self._memory_freed.wait(remaining)
+                    self._await_free_memory(deadline, "send_many()")
 
     def _sticky_sync(self, topic: str, available: tuple[int, ...]) -> None:
         """Give the bytes counted by send()'s fast path to the partitioner, drop the cache."""
@@ -379,21 +365,26 @@ class Producer:
                          ) -> tuple[Any, int, bool]:
         # Called with the lock held: wait on the condition that shares it.
         check_record_size(size, self.config, topic)
-        self._sender.client.wakeup()
         deadline = time.monotonic() + self.config.max_block_ms / 1000
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise KafkaTimeoutError(
-                    f"buffer.memory ({self.config.buffer_memory_bytes} bytes) stayed full for "
-                    f"max.block.ms ({self.config.max_block_ms} ms): the brokers take records "
-                    "slower than they are sent; raise buffer.memory or max.block.ms, or check "
-                    "the brokers")
-            self._memory_freed.wait(remaining)
+            self._await_free_memory(deadline, "send()")
             appended = self._accumulator.append(topic, partition, key, value, timestamp_ms,
                                                 headers, size, self._clock.monotonic_ms())
             if appended is not None:
                 return appended
+
+    def _await_free_memory(self, deadline: float, call: str) -> None:
+        """With the lock held and the accumulator full: wake the sender and wait until it
+        frees memory, or raise once ``max.block.ms`` (``deadline``, monotonic s) has passed."""
+        self._sender.client.wakeup()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise KafkaTimeoutError(
+                f"buffer.memory ({self.config.buffer_memory_bytes} bytes) stayed full for "
+                f"max.block.ms ({self.config.max_block_ms} ms) in {call}: the brokers take "
+                "records slower than they are sent; raise buffer.memory or max.block.ms, or "
+                "check the brokers")
+        self._memory_freed.wait(remaining)
 
     def _topic_meta(self, topic: str) -> TopicMeta:
         if not topic:
