@@ -77,7 +77,9 @@ bench-spark-sink: jars
 # The whole pipeline (pykafka -> transform -> exactly-once pykafka) at a steady rate for 30
 # minutes: memory, lag and sockets every minute, then every row counted once (integration/soak.py).
 soak: jars
-	$(PY) -m integration.soak --minutes 30 --interval-s 60 --csv soak.csv
+	mkdir -p bench-results/soak
+	$(PY) -m integration.soak --minutes 30 --interval-s 60 --csv bench-results/soak/soak.csv \
+		--plot bench-results/soak/soak.png
 
 # The long fuzz run (a million cases per fuzz test).
 fuzz: $(STAMP)

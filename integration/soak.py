@@ -1,6 +1,7 @@
 """Soak: the whole pipeline at a steady rate for a long while, sampled every interval.
 
-    python -m integration.soak --minutes 30 --rate 500 --interval-s 60 [--csv soak.csv]
+    python -m integration.soak --minutes 30 --rate 500 --interval-s 60 [--csv soak.csv] \
+        [--plot soak.png]
 
 (``make soak`` runs the 30-minute default.) Starts a one-node Kafka, a producer thread
 writing ``rate`` rows a second to the input topic, and ``pipeline_app`` (pykafka ->
@@ -10,8 +11,9 @@ sockets, and the lag (input end offsets minus the offsets of the last committed 
 the checkpoint). When the time is up the query stops, a Trigger.AvailableNow run drains the
 rest, and the output is counted at read_committed: every produced row exactly once.
 
-The figures go to stdout (and ``--csv``); the verdict line compares the last third of the
-run with the first sample after warm-up: memory growth, the highest lag, and socket counts.
+The figures go to stdout (and ``--csv``, plotted by ``--plot``); the verdict line compares the
+last third of the run with the first sample after warm-up: memory growth, the highest lag, and
+socket counts.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-s", type=float, default=60)
     parser.add_argument("--trigger-s", type=int, default=5)
     parser.add_argument("--csv", type=Path)
+    parser.add_argument("--plot", type=Path, help="PNG of memory, lag and sockets over time")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="kafka_ds-soak-"))
     with KafkaCluster(nodes=1) as kafka:
@@ -147,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             writer = csv.DictWriter(file, fieldnames=list(samples[0]))
             writer.writeheader()
             writer.writerows(samples)
+    if args.plot and samples:
+        plot(samples, args.plot)
     _verdict(samples)
     return 0
 
@@ -160,6 +165,34 @@ def kafka_end_offsets(kafka: KafkaCluster, topic: str) -> list[int]:
                 for p in range(2)]
     finally:
         consumer.close()
+
+
+def plot(samples: list[dict[str, float]], path: Path) -> None:
+    """Three panels sharing the time axis: resident memory, lag, open sockets."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    minutes = [s["minute"] for s in samples]
+    figure, (memory, lag, sockets) = plt.subplots(3, 1, sharex=True, figsize=(7, 7))
+    memory.plot(minutes, [s["jvm_rss_mib"] for s in samples], marker="o", label="driver JVM")
+    memory.plot(minutes, [s["python_rss_mib"] for s in samples], marker="o",
+                label="Python processes (sum)")
+    memory.set_ylabel("RSS (MiB)")
+    memory.set_ylim(bottom=0)
+    memory.legend()
+    lag.plot(minutes, [s["lag"] for s in samples], marker="o", color="tab:red")
+    lag.set_ylabel("lag (rows)")
+    lag.set_ylim(bottom=0)
+    sockets.plot(minutes, [s["sockets"] for s in samples], marker="o", color="tab:green")
+    sockets.set_ylabel("open sockets")
+    sockets.set_ylim(bottom=0)
+    sockets.set_xlabel("minutes")
+    figure.suptitle("Soak: pykafka -> upper(value) -> exactly-once pykafka")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
 
 
 def _verdict(samples: list[dict[str, float]]) -> None:
