@@ -21,6 +21,10 @@ Metadata ...) while the others keep working:
   not know about, and answers OUT_OF_ORDER_SEQUENCE_NUMBER.
 * ``delay(ms)``: hold each chunk for ``ms`` before forwarding.
 * ``cut_all()``: close every connection now.
+* ``mutate_responses(mutator, n)``: hand each response frame of the chosen APIs to
+  ``mutator(frame, api_version)``; the next ``n`` frames it returns a ``Mutated`` for go to
+  the client rewritten (``None``: not one it can damage, forwarded untouched). The fuzz tests
+  use ``fetch_response_layout`` to find a Fetch response's fields and record batches.
 
 Every fault takes ``api_keys``: the APIs it applies to (default: the proxy's ``api_keys``,
 None meaning all). Responses are matched to requests in order, per connection; Produce
@@ -45,7 +49,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -163,6 +167,100 @@ def _produce_expects_response(frame: bytes) -> bool:
         return True
 
 
+class Mutated(NamedTuple):
+    """A response frame rewritten by a mutator (size prefix included) and what was done."""
+
+    frame: bytes
+    description: str
+
+
+@dataclass
+class FetchPartitionLayout:
+    """Where one partition's fields sit in a Fetch response frame (byte positions)."""
+
+    topic: str  # the name, or the topic id's hex for Fetch v13+
+    partition: int
+    partition_at: int
+    error_code_at: int
+    high_watermark_at: int
+    records_length_at: int  # the records field's length (int32, or a uvarint when flexible)
+    records_at: int
+    records_end: int
+
+    def batches(self, frame: bytes) -> list[tuple[int, int]]:
+        """(start, end) of each complete record batch in the records, by their framing."""
+        out, position = [], self.records_at
+        while self.records_end - position >= 17:
+            end = position + 12 + struct.unpack_from(">i", frame, position + 8)[0]
+            if end > self.records_end or end < position + 17:
+                break
+            out.append((position, end))
+            position = end
+        return out
+
+
+@dataclass
+class FetchLayout:
+    """A Fetch response frame's fields, found by walking it (``fetch_response_layout``)."""
+
+    version: int
+    flexible: bool
+    throttle_at: int
+    error_code_at: int
+    topics_count_at: int
+    partitions_count_at: list[int]
+    partitions: list[FetchPartitionLayout]
+    tags_at: int  # the top-level tagged fields (flexible versions), else the frame's end
+
+
+def fetch_response_layout(frame: bytes, version: int) -> FetchLayout:
+    """Walk a Fetch response (v7+) frame, size prefix included. Raises ``struct.error`` or
+    ``IndexError`` on a frame it cannot walk."""
+    flexible = version >= 12
+    reader = _Reader(frame, 8, flexible)  # past the size and the correlation id
+    reader.skip_tags()  # the flexible response header's
+    throttle_at = reader.pos
+    reader.take(">i")
+    error_code_at = reader.pos
+    reader.take(">h")
+    reader.take(">i")  # session id
+    topics_count_at = reader.pos
+    partitions_count_at: list[int] = []
+    partitions: list[FetchPartitionLayout] = []
+    for _ in range(reader.length(">i")):
+        if version >= 13:
+            topic = bytes(frame[reader.pos:reader.pos + 16]).hex()
+            reader.pos += 16
+        else:
+            topic = reader.string()
+        partitions_count_at.append(reader.pos)
+        for _ in range(reader.length(">i")):
+            partition_at = reader.pos
+            partition = reader.take(">i")
+            error_at = reader.pos
+            reader.take(">h")
+            high_watermark_at = reader.pos
+            reader.pos += 8 + 8 + 8  # high watermark, last stable offset, log start offset
+            for _ in range(max(reader.length(">i"), 0)):  # aborted transactions (nullable)
+                reader.pos += 16
+                reader.skip_tags()
+            if version >= 11:
+                reader.take(">i")  # preferred read replica
+            records_length_at = reader.pos
+            size = reader.length(">i")
+            records_at = reader.pos
+            reader.pos += max(size, 0)
+            if reader.pos > len(frame):
+                raise IndexError("records overrun the frame")
+            partitions.append(FetchPartitionLayout(topic, partition, partition_at, error_at,
+                                                   high_watermark_at, records_length_at,
+                                                   records_at, reader.pos))
+            reader.skip_tags()
+        reader.skip_tags()
+    return FetchLayout(version, flexible, throttle_at, error_code_at, topics_count_at,
+                       partitions_count_at, partitions, reader.pos if flexible else len(frame))
+
+
 @dataclass
 class _Rule:
     """A fault armed for ``remaining`` more messages of the APIs in ``api_keys`` (None: all)."""
@@ -170,6 +268,7 @@ class _Rule:
     remaining: int
     api_keys: frozenset[int] | None
     delta: int = 0
+    mutator: Callable[[bytes, int], Mutated | None] | None = None
 
     def matches(self, api_key: int) -> bool:
         return self.remaining > 0 and (self.api_keys is None or api_key in self.api_keys)
@@ -183,13 +282,14 @@ class _Link:
         self.upstream = upstream
         self.requests = bytearray()  # client -> broker bytes not yet forwarded as frames
         self.responses = bytearray()
-        self.pending: list[int] = []  # the API key of each awaited response, in order
+        # (API key, API version) of each awaited response, in order.
+        self.pending: list[tuple[int, int]] = []
         self.closed = False
 
 
 _STAT_KEYS = ("connections", "requests", "responses", "cut_responses", "cut_requests",
               "cut_mid_responses", "dropped_responses", "rewritten_sequences",
-              "swallowed_bytes", "swallowed_responses")
+              "swallowed_bytes", "swallowed_responses", "mutated_responses")
 
 
 class KafkaProxy:
@@ -209,7 +309,7 @@ class KafkaProxy:
         self._links: list[_Link] = []
         self._rules: dict[str, list[_Rule]] = {
             "cut_responses": [], "cut_requests": [], "cut_mid_responses": [],
-            "dropped_responses": [], "rewritten_sequences": []}
+            "dropped_responses": [], "rewritten_sequences": [], "mutated_responses": []}
         self._blackhole_until = 0.0
         self._blackhole_keys: frozenset[int] | None = None
         self._delay_s = 0.0
@@ -219,14 +319,16 @@ class KafkaProxy:
         # (cut, dropped or blackholed).
         self.stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
         self.produced: list[ProducedBatch] = []
+        self.mutations: list[str] = []  # what each fired mutation did, in order
 
     # --- commands (any thread) --------------------------------------------------------------
 
-    def _arm(self, kind: str, count: int, api_keys: set[int] | None, delta: int = 0) -> None:
+    def _arm(self, kind: str, count: int, api_keys: set[int] | None, delta: int = 0,
+             mutator: Callable[[bytes, int], Mutated | None] | None = None) -> None:
         keys = self.api_keys if api_keys is None else api_keys
         with self._lock:
             self._rules[kind].append(_Rule(count, None if keys is None else frozenset(keys),
-                                           delta))
+                                           delta, mutator))
 
     def cut_after_responses(self, count: int = 1, api_keys: set[int] | None = None) -> None:
         self._arm("cut_responses", count, api_keys)
@@ -242,6 +344,11 @@ class KafkaProxy:
 
     def rewrite_sequences(self, count: int = 1, delta: int = 1) -> None:
         self._arm("rewritten_sequences", count, {PRODUCE}, delta)
+
+    def mutate_responses(self, mutator: Callable[[bytes, int], Mutated | None],
+                         count: int = 1, api_keys: set[int] | None = None) -> None:
+        """Rewrite the next ``count`` responses ``mutator`` accepts (see the module doc)."""
+        self._arm("mutated_responses", count, api_keys, mutator=mutator)
 
     def blackhole(self, seconds: float, api_keys: set[int] | None = None) -> None:
         keys = self.api_keys if api_keys is None else api_keys
@@ -394,7 +501,8 @@ class KafkaProxy:
             if delay:
                 time.sleep(delay)
             if _produce_expects_response(frame):
-                link.pending.append(api_key)
+                version = _HEADER.unpack_from(frame, 4)[1] if len(frame) >= 12 else -1
+                link.pending.append((api_key, version))
             if not self._send(link, link.upstream, frame):
                 return
 
@@ -424,7 +532,7 @@ class KafkaProxy:
     def _from_broker(self, link: _Link, data: bytes) -> None:
         link.responses += data
         for frame in _whole_frames(link.responses):
-            api_key = link.pending.pop(0) if link.pending else -1
+            api_key, version = link.pending.pop(0) if link.pending else (-1, -1)
             with self._lock:
                 self.stats["responses"] += 1
                 cut = self._fire("cut_responses", api_key) is not None
@@ -449,10 +557,26 @@ class KafkaProxy:
                 return
             if lost:
                 continue
+            frame = self._mutate(frame, api_key, version)
             if delay:
                 time.sleep(delay)
             if not self._send(link, link.client, frame):
                 return
+
+    def _mutate(self, frame: bytes, api_key: int, version: int) -> bytes:
+        """The frame as the first armed mutation that accepts it rewrites it (or as it was)."""
+        with self._lock:
+            for rule in self._rules["mutated_responses"]:
+                if not rule.matches(api_key) or rule.mutator is None:
+                    continue
+                mutated = rule.mutator(frame, version)
+                if mutated is None:
+                    continue
+                rule.remaining -= 1
+                self.stats["mutated_responses"] += 1
+                self.mutations.append(mutated.description)
+                return mutated.frame
+        return frame
 
     def _send(self, link: _Link, sock: socket.socket, data: bytes) -> bool:
         try:

@@ -80,6 +80,7 @@ from kafka_ds.protocol.decompression_budget import DecompressionBudget
 from kafka_ds.protocol.errors import (
     BrokerError,
     DataLossError,
+    DecodeError,
     ErrorCode,
     KafkaDsError,
     KafkaTimeoutError,
@@ -399,6 +400,8 @@ class FetchLoop:
         if future.failed():
             error = future.error
             node.session.on_failure(pending)
+            if isinstance(error, DecodeError):
+                raise _undecodable(node.node_id, pending, error) from error
             if not isinstance(error, NetworkError | KafkaTimeoutError):
                 raise error  # type: ignore[misc]
             self._node_failed(node, list(pending.next_partitions), error)
@@ -679,3 +682,14 @@ class FetchLoop:
             f"reading {part.tp} [{part.start}, {part.end}) made no progress at offset "
             f"{part.position} for {self.config.fetch_timeout_ms} ms{detail}. "
             "Raise fetch.timeout.ms to wait longer")
+
+
+def _undecodable(node_id: int, pending: PendingFetch, error: DecodeError) -> DecodeError:
+    """A Fetch response that does not parse, naming what it answered: the decoder only knows
+    byte positions and field indexes, the read knows the partitions and offsets asked for."""
+    asked = sorted(pending.next_partitions.items())
+    shown = ", ".join(f"{tp} at offset {state.fetch_offset}" for tp, state in asked[:8])
+    more = f" and {len(asked) - 8} more partitions" if len(asked) > 8 else ""
+    return DecodeError(f"the Fetch response of node {node_id} to a fetch of {shown}{more}",
+                       None, f"{error}. The broker or the network damaged it: the read stops "
+                             "here rather than guess")
