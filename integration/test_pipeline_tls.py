@@ -2,8 +2,8 @@
 
 The harness broker's certificate names ``localhost`` and ``127.0.0.1`` only. Each query here
 reaches the SSL listener by another name (``unlisted_name``): this machine's hostname when it
-resolves, else the loopback address ``127.0.0.2``, through a forwarder when the name's
-address is not the listener's). A batch read, a streaming pykafka -> pykafka exactly-once
+resolves, else the loopback address ``127.0.0.2`` (through a forwarder when the name's
+address is not the listener's; ``KAFKA_DS_TEST_UNLISTED_HOST`` names another host to try). A batch read, a streaming pykafka -> pykafka exactly-once
 pipeline, and that pipeline's sink alone must each fail at query start with our error naming
 the host we dialled and the option that turns the check off, writing nothing; with
 ``kafka.ssl.endpoint.identification.algorithm=""`` the same queries work, and their rows
@@ -12,6 +12,7 @@ equal what the JVM connector reads.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Iterator
@@ -39,7 +40,7 @@ QUERY_TIMEOUT_S = 300
 def unlisted_name(kafka: KafkaCluster) -> Iterator[str]:
     """``host:port`` of the SSL listener by a name its certificate does not list."""
     port = kafka.port(1, "SSL")
-    host = socket.gethostname()
+    host = os.environ.get("KAFKA_DS_TEST_UNLISTED_HOST") or socket.gethostname()
     try:
         address = socket.gethostbyname(host)
     except OSError:
