@@ -8,7 +8,9 @@ transaction of the query may be left open. Each test proves that its fault happe
 sink's fault log (``kafka_ds.spark.sink_faults``) for injected faults, the broker process's
 state for kills, the proxy's counters (snapshotted for the test) for network faults.
 
-Only the first test is fast enough for CI; the rest are marked ``slow``.
+The random task failures and a short, scripted run of the proxy's network faults are fast
+enough for CI (``make test``); the rest are marked ``long`` (``make test-long``), among them
+the proxy's random faults over a longer run.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from integration.harness.cluster import KafkaCluster
-from integration.harness.proxy import FETCH, METADATA, PRODUCE, ProxiedKafkaCluster
+from integration.harness.proxy import FETCH, METADATA, PRODUCE, ProxiedKafkaCluster, swallowed
 from integration.pipeline_run import PipelineRun
 
 pytestmark = [pytest.mark.spark]
@@ -137,6 +139,68 @@ def test_partition_leader_killed_in_a_three_broker_cluster(kafka_cluster3: Kafka
             cluster.restart_node(node)
     print(f"killed node {killed}; runs: {[r.returncode for r in results]}")
     assert pipe.assert_exactly_once() == 12_000
+
+
+# The CI run's faults, one at a time in this order, each armed once the one before fired:
+# (what to arm, the proxy counter that proves it fired). Reader (Fetch) and writer (Produce)
+# alternate; every one waits for traffic of its API, so it hits the running pipeline.
+_SCRIPTED_FAULTS: list[tuple[str, int, str]] = [
+    ("drop_responses", FETCH, "dropped_responses"),
+    ("cut_after_responses", PRODUCE, "cut_responses"),
+    ("cut_mid_response", FETCH, "cut_mid_responses"),
+    ("cut_mid_request", PRODUCE, "cut_requests"),
+    ("drop_responses", PRODUCE, "dropped_responses"),
+    ("cut_mid_request", FETCH, "cut_requests"),
+]
+
+
+@pytest.mark.timeout(900)  # about a minute or two; up to three driver starts
+def test_scripted_network_faults_on_reader_and_writer_through_the_proxy(
+        proxied_kafka: ProxiedKafkaCluster, tmp_path: Path) -> None:
+    """The fast subset of the proxy scenario below: every response delayed, then each fault
+    of ``_SCRIPTED_FAULTS`` once, on the pipeline's reader and writer connections."""
+    rows = 8_000
+    pipe = PipelineRun(proxied_kafka, tmp_path, _name(tmp_path, "proxyci"), rows=rows,
+                       batch_rows=1_000)
+    proxy = proxied_kafka.proxy
+    proxy.reset()
+    before = proxy.snapshot()
+    timeouts = {"kafka.request.timeout.ms": "5000"}
+    overrides = {"source_bootstrap": proxied_kafka.proxy_bootstrap(),
+                 "sink_bootstrap": proxied_kafka.proxy_bootstrap(),
+                 "source_options": timeouts, "sink_options": timeouts}
+    stop = threading.Event()
+    fired: list[str] = []
+
+    def script() -> None:
+        for method, api_key, counter in _SCRIPTED_FAULTS:
+            armed_at = proxy.snapshot()[counter]
+            getattr(proxy, method)(1, {api_key})
+            while proxy.snapshot()[counter] == armed_at:
+                if stop.wait(0.05):
+                    return
+            fired.append(f"{method}:{api_key}")
+            if stop.wait(0.5):  # let the pipeline take a few steps before the next one
+                return
+
+    proxy.delay(5)
+    thread = threading.Thread(target=script, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    try:
+        results = pipe.run_until_done(attempts=3, **overrides)
+    finally:
+        stop.set()
+        thread.join()
+        proxy.reset()
+    caused = {k: v for k, v in proxy.since(before).items() if v}
+    print(f"runs: {[r.returncode for r in results]} in {time.monotonic() - started:.0f} s; "
+          f"faults fired: {fired}; proxy counters: {caused}")
+    assert fired == [f"{m}:{k}" for m, k, _ in _SCRIPTED_FAULTS], caused
+    for counter in {c for _, _, c in _SCRIPTED_FAULTS}:
+        assert caused.get(counter) == sum(c == counter for _, _, c in _SCRIPTED_FAULTS), caused
+    assert caused[swallowed(FETCH)] >= 1 and caused[swallowed(PRODUCE)] >= 2, caused
+    assert pipe.assert_exactly_once() == rows
 
 
 @pytest.mark.long
