@@ -286,6 +286,12 @@ class FetchSession:
     def _check(self, pending: PendingFetch,
                partitions: list[tuple[TopicPartition, PartitionData]]) -> str | None:
         returned = {tp for tp, _ in partitions}
+        if len(returned) < len(partitions):
+            # A broker lists each partition once; a second entry (a damaged partition index)
+            # may hold another partition's records: believe neither and fetch again.
+            twice = sorted({str(tp) for tp, _ in partitions
+                            if sum(other == tp for other, _ in partitions) > 1})
+            return f"response lists {', '.join(twice)} more than once"
         extra = returned - pending.next_partitions.keys()
         if extra:
             names = ", ".join(sorted(str(tp) for tp in extra))

@@ -172,6 +172,17 @@ def test_response_not_matching_the_session_is_refused() -> None:
     assert not outcome.ok and "omits" in (outcome.problem or "")
 
 
+def test_a_response_listing_a_partition_twice_is_refused() -> None:
+    """A damaged partition index can turn t-0's entry into a second t-1: taken as it came,
+    t-0's records would be handed out as t-1's when both sit at the same offset."""
+    session = open_session({T0: state(T0, 0), T1: state(T1, 0)})
+    pending = session.build({T0: state(T0, 0), T1: state(T1, 0)}, version=V, **OPTS)
+    assert not pending.is_full
+    outcome = session.on_response(pending, response(pending, 77, [T1, T1]))
+    assert not outcome.ok and "t-1 more than once" in (outcome.problem or "")
+    assert outcome.partitions == [] and session.next_is_full
+
+
 def test_broker_without_session_room_keeps_full_requests() -> None:
     session = FetchSession(node_id=1)
     first = session.build({T0: state(T0, 0)}, version=V, **OPTS)
