@@ -19,6 +19,7 @@ seeds in ``test_fetcher_fuzz.py``.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -43,7 +44,8 @@ from integration.spark_source_util import unique_name
 
 pytestmark = [pytest.mark.spark]
 
-SEEDS_PER_CLASS = 2
+# Seeds 0..N-1 per class (CI: 2); ``KAFKA_DS_SPARK_FUZZ_SEEDS=20`` for a longer run.
+SEEDS_PER_CLASS = int(os.environ.get("KAFKA_DS_SPARK_FUZZ_SEEDS", "2"))
 PARTITIONS, PER_PARTITION, PER_BATCH = 2, 300, 15
 # Short client timeouts: a stall would end in our timeout error well inside the test's own.
 CLIENT_OPTIONS = {"kafka.max.partition.fetch.bytes": "2048", "kafka.request.timeout.ms": "5000",
