@@ -36,6 +36,10 @@ Error handling, per partition unless said otherwise:
   The partition then reads from it until ``metadata.max.age.ms`` passes. Any error from it,
   OFFSET_OUT_OF_RANGE included (a follower behind), a lost connection, or its absence from
   the metadata sends the partition back to the leader, as Java's ``AbstractFetch`` does.
+* A Fetch response that does not decode (``DecodeError``; the connection closes under it):
+  raised at once, naming the node and the partitions and offsets the Fetch asked for. Nothing
+  of it is handed out: damaged bytes are not guessed at, and a CRC failure inside the records
+  (``CorruptRecordError``) is raised by the decoder naming the partition and the batch offset.
 * Data loss raises ``DataLossError`` (topic, partition, both offsets) once the data before it
   has been handed out, or with ``fail.on.data.loss=false`` skips to the earliest available
   offset, logging a warning and counting ``offsets_skipped``.
