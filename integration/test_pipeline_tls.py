@@ -3,9 +3,10 @@
 The harness broker's certificate names ``localhost`` and ``127.0.0.1`` only. Each query here
 reaches the SSL listener by another name (``unlisted_name``): this machine's hostname when it
 resolves, else the loopback address ``127.0.0.2`` (through a forwarder when the name's
-address is not the listener's; ``KAFKA_DS_TEST_UNLISTED_HOST`` names another host to try). A batch read, a streaming pykafka -> pykafka exactly-once
-pipeline, and that pipeline's sink alone must each fail at query start with our error naming
-the host we dialled and the option that turns the check off, writing nothing; with
+address is not the listener's; ``KAFKA_DS_TEST_UNLISTED_HOST`` names another host to try).
+A batch read, a streaming pykafka -> pykafka exactly-once pipeline, and that pipeline's sink
+alone must each fail at query start with our error naming the host we dialled and the option
+that turns the check off, writing nothing; with
 ``kafka.ssl.endpoint.identification.algorithm=""`` the same queries work, and their rows
 equal what the JVM connector reads.
 """
