@@ -81,9 +81,12 @@ soak: jars
 	$(PY) -m integration.soak --minutes 30 --interval-s 60 --csv bench-results/soak/soak.csv \
 		--plot bench-results/soak/soak.png
 
-# The long fuzz run (a million cases per fuzz test).
-fuzz: $(STAMP)
+# The long fuzz run: a million cases per decoder fuzz test, then Fetch responses mutated in
+# flight by the proxy, 500 seeds per mutation class through the client and 20 through Spark.
+fuzz: jars
 	KAFKA_DS_FUZZ_CASES=1000000 $(PY) -m pytest tests -k fuzz -p no:timeout
+	KAFKA_DS_FETCH_FUZZ_SEEDS=500 KAFKA_DS_SPARK_FUZZ_SEEDS=20 $(PY) -m pytest -p no:timeout \
+		integration/test_fetcher_fuzz.py integration/test_pipeline_fuzz.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kafka_ds tests integration examples
