@@ -94,7 +94,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trigger-s", type=int, default=5)
     parser.add_argument("--csv", type=Path)
     parser.add_argument("--plot", type=Path, help="PNG of memory, lag and sockets over time")
+    parser.add_argument("--from-csv", type=Path,
+                        help="no run: plot and judge the samples of an earlier --csv within "
+                             "its first --minutes")
     args = parser.parse_args(argv)
+    if args.from_csv:
+        with args.from_csv.open() as file:
+            samples = [{key: float(value) for key, value in row.items()}
+                       for row in csv.DictReader(file)]
+        samples = [s for s in samples if s["minute"] <= args.minutes]
+        if args.plot:
+            plot(samples, args.plot)
+        _verdict(samples)
+        return 0
     work = Path(tempfile.mkdtemp(prefix="kafka_ds-soak-"))
     with KafkaCluster(nodes=1) as kafka:
         pipe = PipelineRun(kafka, work, "soak", rows=0, batch_rows=args.rate * args.trigger_s * 4)
@@ -121,8 +133,16 @@ def main(argv: list[str] | None = None) -> int:
         driver = running[0].pid
         samples = []
         started = time.monotonic()
+        # Sample only while the query is meant to run: once the time is up it stops and
+        # tears down, and samples of a process exiting would read as memory freed or sockets
+        # closed.
         while running[0].poll() is None:
-            time.sleep(min(args.interval_s, max(run_seconds - (time.monotonic() - started), 1)))
+            left_s = run_seconds - (time.monotonic() - started)
+            if left_s < 1:
+                break
+            time.sleep(min(args.interval_s, left_s))
+            if running[0].poll() is not None:
+                break
             pids = _descendants(driver)
             jvm = [p for p in pids if _is_jvm(p)]
             python = [p for p in pids if p not in jvm]
