@@ -26,11 +26,12 @@ from kafka_ds.protocol.compression import (
     Compression,
     decompress,
     decompress_lz4_into,
+    decompress_zstd_into,
 )
 from kafka_ds.protocol.errors import DecodeError
 
-# First output size tried for an LZ4 batch whose decompressed size is not known: this or four
-# times its compressed size, whichever is larger (doubled while it does not fit).
+# First output size tried for an LZ4 or zstd batch whose decompressed size is not known: this
+# or four times its compressed size, whichever is larger (doubled while it does not fit).
 _LZ4_FIRST_GUESS_BYTES = 256 * 1024
 
 
@@ -86,9 +87,21 @@ class DecompressionBudget:
         """Decompress into memory the caller hands out, within what is left; the bytes written.
 
         ``reserve(size)`` returns a writable view of ``size`` bytes where the output goes (asked
-        again, larger, when the output did not fit: earlier views are then abandoned). LZ4 is
-        decompressed in place; other codecs are decompressed as by ``decompress`` and copied.
+        again, larger, when the output did not fit: earlier views are then abandoned). LZ4 and
+        zstd are decompressed in place; other codecs are decompressed as by ``decompress`` and
+        copied.
         """
+        if codec == Compression.ZSTD:
+            allowed = self.remaining()
+            try:
+                written = decompress_zstd_into(
+                    data, reserve, allowed, max(_LZ4_FIRST_GUESS_BYTES, 4 * len(data)))
+            except DecodeError as exc:
+                if not exc.detail.startswith("decompressed size exceeds"):
+                    raise
+                raise DecodeError(exc.what, exc.position, self._exhausted()) from None
+            self.charge(written)
+            return written
         if codec != Compression.LZ4:
             out = self.decompress(codec, data)
             reserve(len(out))[:] = out

@@ -8,7 +8,10 @@ fetcher's response budget for all partitions together.
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import zstandard
 from record_samples import legacy_message, legacy_wrapper
 
 from kafka_ds.protocol.compression import Compression, compress
@@ -142,8 +145,70 @@ def test_lz4_into_corrupt_input_is_a_decode_error() -> None:
                                                  _Reserved())
 
 
-@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.ZSTD],
-                         ids=lambda c: c.name)
+def _zstd_stream(data: bytes) -> bytes:
+    """A zstd frame as the Java producer writes it (a stream: no content size in the header)."""
+    compressor = zstandard.ZstdCompressor(level=3).compressobj()
+    return compressor.compress(data) + compressor.flush()
+
+
+_TEXT = b"".join(b"%08d " % index + os.urandom(8).hex().encode() * 3 for index in range(20_000))
+
+
+@pytest.mark.parametrize("frames", ["stream", "sized", "two", "skippable"])
+def test_zstd_into_writes_straight_into_the_reserved_views(frames: str) -> None:
+    half = len(_TEXT) // 2
+    data, expected = {
+        "stream": (_zstd_stream(_TEXT), _TEXT),
+        "sized": (compress(Compression.ZSTD, _TEXT), _TEXT),
+        "two": (_zstd_stream(_TEXT[:half]) + _zstd_stream(_TEXT[half:]), _TEXT),
+        # A skippable frame (magic 0x184D2A5?, a size, that many bytes) carries no output.
+        "skippable": (bytes.fromhex("5a2a4d18") + (5).to_bytes(4, "little") + b"12345"
+                      + _zstd_stream(_TEXT), _TEXT),
+    }[frames]
+    reserved = _Reserved()
+    budget = DecompressionBudget(8 * MIB)
+    assert budget.decompress_into(Compression.ZSTD, data, reserved) == len(expected)
+    assert bytes(reserved.last[:len(expected)]) == expected
+    assert budget.spent_bytes == len(expected)
+    if frames == "sized":  # the frame states its size: one view, one byte to spare
+        assert reserved.sizes == [len(expected) + 1]
+    else:  # guessed (256 KiB or 4x the input), then doubled; what was written is carried over
+        assert reserved.sizes[0] == max(256 * 1024, 4 * len(data))
+        assert all(b == 2 * a for a, b in zip(reserved.sizes, reserved.sizes[1:]))
+
+
+def test_zstd_into_stops_a_bomb_at_the_budget() -> None:
+    bomb = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(256 * MIB))
+    reserved = _Reserved()
+    budget = DecompressionBudget(2 * MIB, name="fetch.max.decompressed.bytes")
+    with pytest.raises(DecodeError, match=r"2097152 bytes \(fetch\.max\.decompressed\.bytes"):
+        budget.decompress_into(Compression.ZSTD, bomb, reserved)
+    assert max(reserved.sizes) == 2 * MIB + 1
+    assert budget.spent_bytes == 0
+    sized = compress(Compression.ZSTD, bytes(4 * MIB))  # states its size: refused up front
+    reserved = _Reserved()
+    with pytest.raises(DecodeError, match="fetch.max.decompressed.bytes"):
+        budget.decompress_into(Compression.ZSTD, sized, reserved)
+    assert reserved.sizes == []
+
+
+@pytest.mark.parametrize("damage", ["truncated", "cut in the header", "trailing bytes",
+                                    "not zstd", "reserved block type"])
+def test_zstd_into_damaged_input_is_a_decode_error(damage: str) -> None:
+    frame = _zstd_stream(_TEXT)
+    data = {
+        "truncated": frame[:-100],  # the stream reader alone would return a short output
+        "cut in the header": frame[:5],
+        "trailing bytes": frame + b"\x00\x01",
+        "not zstd": b"\x00" * 100,
+        # After magic, descriptor and window byte, the first block header: type 3 is reserved.
+        "reserved block type": frame[:6] + bytes([frame[6] | 0b110]) + frame[7:],
+    }[damage]
+    with pytest.raises(DecodeError, match="ZSTD"):
+        DecompressionBudget(8 * MIB).decompress_into(Compression.ZSTD, data, _Reserved())
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY], ids=lambda c: c.name)
 def test_other_codecs_into_are_copied_under_the_same_budget(codec: Compression) -> None:
     data = bytes(range(256)) * 1000
     reserved = _Reserved()
