@@ -4,7 +4,7 @@ A script, not a test (``make bench-sink``)::
 
     python -m integration.benchmarks.bench_spark_sink [--bootstrap HOST:PORT] [--runs 3]
         [--rows 2000000] [--sizes 100 1024] [--codecs none lz4] [--partitions 4]
-        [--profile] [--commit-batches 20]
+        [--profile] [--commit-batches 20] [--py-spy DIR]
 
 Without ``--bootstrap`` it starts a one-node harness broker. The input is a cached DataFrame
 of ``--partitions`` partitions (local[2], as the harness session) whose ``value`` is
@@ -26,7 +26,9 @@ log lines (intent read and write, EndTxn for every transaction, checks), beside 
 ``addBatch`` (write + commit) and the tasks' phases (waiting for input, intent read,
 InitProducerId, sending, waiting for the last acknowledgements). ``--profile`` runs one
 task's write path outside Spark under cProfile (the same Arrow batches Spark hands the
-writer) and prints where the time goes.
+writer) and prints where the time goes. ``--py-spy DIR`` records the Python workers during
+the exactly-once writes inside Spark (py-spy, a dev extra; every thread, the producer's
+sender included) and prints the top frames by self time.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ class CpuMeter:
 
 
 def _scenario(spark: Any, admin: Any, meter: CpuMeter, bootstrap: str, rows: int, size: int,
-              codec: str, partitions: int, runs: int) -> dict[str, Any]:
+              codec: str, partitions: int, runs: int, spy: Any = None) -> dict[str, Any]:
     df = _input(spark, rows, size, partitions)
     topic = f"bench-sink-{size}-{codec}-{uuid.uuid4().hex[:6]}"
     admin.create_topic(topic, partitions)
@@ -148,11 +150,17 @@ def _scenario(spark: Any, admin: Any, meter: CpuMeter, bootstrap: str, rows: int
     cpu: dict[str, list[dict[str, float]]] = {writer: [] for writer in WRITERS}
     _write("eos", df.limit(1000), bootstrap, topic, codec)  # warm up both paths
     _write("jvm", df.limit(1000), bootstrap, topic, codec)
-    for _ in range(runs):
+    for run in range(runs):
         for writer in WRITERS:
+            if spy is not None and writer == "eos":
+                spy.start(f"eos-{size}-{codec}-{run}")
             before = meter.sample()
             started = time.perf_counter()
-            _write(writer, df, bootstrap, topic, codec)
+            try:
+                _write(writer, df, bootstrap, topic, codec)
+            finally:
+                if spy is not None:
+                    spy.stop()
             rates[writer].append(rows / (time.perf_counter() - started))
             after = meter.sample()
             cpu[writer].append({k: (after[k] - before[k]) * 1e6 / rows for k in after})
@@ -251,6 +259,9 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--commit-batches", type=int, default=20)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--py-spy", type=Path, default=None,
+                        help="record the Python workers of the exactly-once writes into this "
+                             "dir with py-spy and print the top frames")
     args = parser.parse_args()
 
     from integration.harness.cluster import KafkaCluster
@@ -283,13 +294,25 @@ def main() -> int:
             results = []
             broker = cluster._procs[cluster.node_ids[0]].pid if cluster is not None else None
             meter = CpuMeter(spark, broker)
+            spy = None
+            if args.py_spy is not None:
+                from integration.benchmarks import cpu_meter
+                from integration.benchmarks.bench_spark_source import PySpy
+
+                args.py_spy.mkdir(parents=True, exist_ok=True)
+                spy = PySpy(args.py_spy, cpu_meter.CpuMeter(broker))
             for size in args.sizes:
                 rows = args.rows if size <= 100 else max(args.rows // 4, 1)
                 for codec in args.codecs:
                     medians = _scenario(spark, admin, meter, bootstrap, rows, size, codec,
-                                        args.partitions, args.runs)
+                                        args.partitions, args.runs, spy)
                     results.append((size, codec, rows, medians))
                     _print_row(size, codec, rows, medians)
+                    if spy is not None:
+                        print(f"py-spy, Python workers of the exactly-once writes, {size} B "
+                              f"{codec} (self time, top frames):")
+                        for share, frame in spy.summary(since=f"eos-{size}-{codec}-"):
+                            print(f"  {share:5.1f}%  {frame}", flush=True)
             print(f"\nsummary (median rows/s over {args.runs} runs, local[2], "
                   f"{args.partitions} partitions):")
             for size, codec, rows, medians in results:

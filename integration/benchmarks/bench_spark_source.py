@@ -211,7 +211,7 @@ def _overhead(spark: Any, cluster: KafkaCluster, meter: CpuMeter, fmt: str, batc
     return figures
 
 
-class _PySpy:
+class PySpy:
     """``py-spy record`` of the Python workers (daemon and forked workers) during one run."""
 
     def __init__(self, out_dir: Path | None, meter: CpuMeter) -> None:
@@ -230,7 +230,8 @@ class _PySpy:
         out = self.out_dir / f"{name}.txt"
         self.files.append(out)
         self._proc = subprocess.Popen(
-            [exe, "record", "--pid", str(daemons[0]), "--subprocesses", "--format", "raw",
+            [exe, "record", "--pid", str(daemons[0]), "--subprocesses", "--threads",
+             "--format", "raw",
              "--rate", "250", "--nonblocking", "--output", str(out)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # attached before the run starts
@@ -241,13 +242,13 @@ class _PySpy:
             self._proc.wait(60)
             self._proc = None
 
-    def summary(self, top: int = 25) -> list[tuple[float, str]]:
-        """Share of samples per frame (self time). ``manager (daemon.py:...)`` lines are
-        PySpark's daemon: its ``gc.collect()`` between two tasks of a reused worker shows
-        there."""
+    def summary(self, top: int = 25, since: str = "") -> list[tuple[float, str]]:
+        """Share of samples per frame (self time), over the recordings whose name starts
+        with ``since`` (all by default). ``manager (daemon.py:...)`` lines are PySpark's
+        daemon: its ``gc.collect()`` between two tasks of a reused worker shows there."""
         frames: Counter[str] = Counter()
         for path in self.files:
-            if not path.exists():
+            if not path.exists() or not path.name.startswith(since):
                 continue
             for line in path.read_text().splitlines():
                 stack, _, count = line.rpartition(" ")
@@ -326,7 +327,7 @@ def main() -> int:
         args.py_spy.mkdir(parents=True, exist_ok=True)
     with KafkaCluster(nodes=1) as cluster:
         meter = CpuMeter(_broker_pid(cluster))
-        spy = _PySpy(args.py_spy, meter)
+        spy = PySpy(args.py_spy, meter)
         topics = {}
         for size in sizes:
             for codec in codecs:

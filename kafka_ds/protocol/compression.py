@@ -39,6 +39,7 @@ stream reader stops silently at a truncated frame, the walk does not.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import zlib
 from collections.abc import Callable
@@ -465,10 +466,8 @@ def decompress_zstd_into(data: Buffer, reserve: Callable[[int], memoryview], max
                           else "unexpected bytes after the last frame")
     content_size = -1
     if frames == 1:
-        try:
+        with contextlib.suppress(zstandard.ZstdError):
             content_size = zstandard.frame_content_size(view)
-        except zstandard.ZstdError:
-            pass
     if content_size > max_bytes:
         _over_cap(Compression.ZSTD, max_bytes)
     # A single frame that states its size fits exactly (one byte more tells "more frames").
