@@ -32,7 +32,7 @@ from kafka_ds.protocol.errors import DecodeError
 
 # First output size tried for an LZ4 or zstd batch whose decompressed size is not known: this
 # or four times its compressed size, whichever is larger (doubled while it does not fit).
-_LZ4_FIRST_GUESS_BYTES = 256 * 1024
+_FIRST_GUESS_BYTES = 256 * 1024
 
 
 class DecompressionBudget:
@@ -94,20 +94,20 @@ class DecompressionBudget:
         if codec == Compression.ZSTD:
             allowed = self.remaining()
             try:
-                written = decompress_zstd_into(
-                    data, reserve, allowed, max(_LZ4_FIRST_GUESS_BYTES, 4 * len(data)))
+                produced = decompress_zstd_into(
+                    data, reserve, allowed, max(_FIRST_GUESS_BYTES, 4 * len(data)))
             except DecodeError as exc:
                 if not exc.detail.startswith("decompressed size exceeds"):
                     raise
                 raise DecodeError(exc.what, exc.position, self._exhausted()) from None
-            self.charge(written)
-            return written
+            self.charge(produced)
+            return produced
         if codec != Compression.LZ4:
             out = self.decompress(codec, data)
             reserve(len(out))[:] = out
             return len(out)
         allowed = self.remaining()
-        size = min(allowed + 1, max(_LZ4_FIRST_GUESS_BYTES, 4 * len(data)))
+        size = min(allowed + 1, max(_FIRST_GUESS_BYTES, 4 * len(data)))
         while True:
             written = decompress_lz4_into(data, reserve(size))
             if written is not None and written <= allowed:
