@@ -39,6 +39,7 @@ from kafka_ds.spark.sink_options import (
     parse_sink_options,
 )
 from kafka_ds.spark.sink_task import write_task
+from kafka_ds.spark.worker_gc import freeze_worker_heap
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,11 @@ class _Writer:
         self.transaction_timeout_ms = transaction_timeout_ms
 
     def _write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return write_task(iterator, self.options, self.columns, self.sink_id,
-                          self.transaction_timeout_ms)
+        message = write_task(iterator, self.options, self.columns, self.sink_id,
+                             self.transaction_timeout_ms)
+        if self.options.worker_gc_freeze:  # once per worker, after its first write
+            freeze_worker_heap()
+        return message
 
     def _commit(self, messages: list[WriterCommitMessage | None], batch_id: int | None,
                 abort: bool) -> None:

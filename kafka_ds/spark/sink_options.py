@@ -41,6 +41,7 @@ TRANSACTIONAL_ID_PREFIX = "transactionalIdPrefix"
 INTENT_TOPIC = "intentTopic"
 FAIL_ON_DATA_LOSS = "failOnDataLoss"
 MAX_ROWS_PER_SEND = "maxRowsPerSend"
+WORKER_GC_FREEZE = "workerGcFreeze"
 
 # Producer settings the sink chooses when the user did not (kafka.<name> overrides them).
 # Big batches: the columnar encoder's cost is per batch, and the broker's per request.
@@ -80,6 +81,7 @@ class SinkOptions:
     fail_on_data_loss: bool
     max_rows_per_send: int
     checkpoint_location: str | None = None  # Spark passes it as an option when set so
+    worker_gc_freeze: bool = True  # see worker_gc
 
     @property
     def exactly_once(self) -> bool:
@@ -152,7 +154,8 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         transactional_id_prefix=prefix, intent_topic=intent_topic,
         transaction_timeout_ms=timeout_ms,
         fail_on_data_loss=option_bool(lowered, FAIL_ON_DATA_LOSS.lower(), True),
-        max_rows_per_send=max_rows, checkpoint_location=lowered.get("checkpointlocation"))
+        max_rows_per_send=max_rows, checkpoint_location=lowered.get("checkpointlocation"),
+        worker_gc_freeze=option_bool(lowered, WORKER_GC_FREEZE.lower(), True))
 
 
 def _guarantee(raw: str | None) -> Guarantee:

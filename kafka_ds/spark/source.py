@@ -34,9 +34,7 @@ What the Python DataSource API of Spark 4.3 carries, and what it cannot:
 
 from __future__ import annotations
 
-import gc
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -87,6 +85,7 @@ from kafka_ds.spark.planning import (
     split_ranges,
 )
 from kafka_ds.spark.source_options import Mode, SourceOptions, parse_source_options
+from kafka_ds.spark.worker_gc import freeze_worker_heap
 
 log = logging.getLogger(__name__)
 
@@ -148,34 +147,6 @@ class KafkaInputPartition(InputPartition):
     def __repr__(self) -> str:
         return "KafkaInputPartition(" + ", ".join(
             f"{r.topic}-{r.partition}[{r.start}, {r.end})" for r in self.ranges) + ")"
-
-
-_heap_frozen = False
-
-
-def freeze_worker_heap() -> bool:
-    """Move what the Python worker holds now to the collector's permanent generation, once per
-    process (``gc.freeze``); True when it did.
-
-    Spark's daemon-forked workers, when reused (``spark.python.worker.reuse``, on by default;
-    Spark then sets ``SPARK_REUSE_WORKER``), call ``gc.collect()`` after every task. A full
-    collection walks every object in the process (pyspark, pyarrow, numpy, pandas and kafka_ds
-    modules: about 100 000 objects) and measured 30-60 ms of CPU per task on a 2-core machine,
-    on the path of the worker's next task: for micro-batches of a few tasks it cost more than
-    reading their rows. Called when the worker's first read has finished, every module a read
-    needs is loaded; what is alive then (modules, classes, the connection pool) lives as long
-    as the worker. One collection first, so that no garbage is frozen; afterwards the daemon's
-    collections only walk what later tasks create. Frozen objects are still freed by reference
-    counting; only a reference cycle among them would never be reclaimed. A worker that is not
-    reused is never collected between tasks, and is left alone.
-    """
-    global _heap_frozen
-    if _heap_frozen or not os.environ.get("SPARK_REUSE_WORKER"):
-        return False
-    gc.collect()
-    gc.freeze()
-    _heap_frozen = True
-    return True
 
 
 def read_partition(properties: Mapping[str, str], include_headers: bool, pool_capacity: int,

@@ -21,7 +21,7 @@ Options that are ours, not the JVM connector's (all optional):
 * ``fetcherPool.capacity`` (16) and ``fetcherPool.idleTimeoutMs`` (300000): the per-Python-
   worker pool of broker connections kept between tasks.
 * ``workerGcFreeze`` (true): freeze the Python worker's long-lived objects out of the cyclic
-  garbage collector once (``gc.freeze``), see ``source.freeze_worker_heap``.
+  garbage collector once (``gc.freeze``), see ``worker_gc.freeze_worker_heap``.
 """
 
 from __future__ import annotations

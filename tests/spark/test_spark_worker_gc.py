@@ -1,5 +1,6 @@
 """The Python worker's heap is frozen out of the cyclic collector once (``workerGcFreeze``),
-in reused workers (``SPARK_REUSE_WORKER``, which Spark sets for them) only.
+in reused workers (``SPARK_REUSE_WORKER``, which Spark sets for them) only, after a read or a
+write.
 
 Each check runs in a fresh interpreter: freezing is process-wide, and the test process must
 keep its own collector as it is.
@@ -12,9 +13,11 @@ import subprocess
 import sys
 import textwrap
 
+from kafka_ds.spark.sink_options import parse_sink_options
 from kafka_ds.spark.source_options import parse_source_options
 
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t"}
+SINK = {"kafka.bootstrap.servers": "localhost:9092", "topic": "t"}
 
 
 def _run(code: str, *, reused: bool = True) -> str:
@@ -30,14 +33,14 @@ def _run(code: str, *, reused: bool = True) -> str:
 def test_the_first_read_freezes_the_heap_once_and_collections_then_skip_it() -> None:
     out = _run("""
         import gc, time
-        from kafka_ds.spark import source
+        from kafka_ds.spark import source, worker_gc
         before = gc.get_freeze_count()
         started = time.process_time()
         gc.collect()
         unfrozen_s = time.process_time() - started
-        first = source.freeze_worker_heap()
+        first = worker_gc.freeze_worker_heap()
         frozen = gc.get_freeze_count()
-        second = source.freeze_worker_heap()
+        second = worker_gc.freeze_worker_heap()
         started = time.process_time()
         gc.collect()
         frozen_s = time.process_time() - started
@@ -51,8 +54,8 @@ def test_the_first_read_freezes_the_heap_once_and_collections_then_skip_it() -> 
 def test_a_worker_that_is_not_reused_is_left_alone() -> None:
     out = _run("""
         import gc
-        from kafka_ds.spark import source
-        print(source.freeze_worker_heap(), gc.get_freeze_count())
+        from kafka_ds.spark import worker_gc
+        print(worker_gc.freeze_worker_heap(), gc.get_freeze_count())
     """, reused=False)
     assert out == "False 0"
 
@@ -73,7 +76,27 @@ def test_read_partition_freezes_after_its_read_only_when_asked() -> None:
     assert out == "0 True"
 
 
+def test_a_sink_task_freezes_after_its_write_only_when_asked() -> None:
+    # The task's write itself (TaskContext, producer) is replaced: what is checked is that the
+    # writer freezes the heap once the task's write has returned, and only with the option on.
+    out = _run(f"""
+        import gc
+        from kafka_ds.spark import sink
+        from kafka_ds.spark.sink_options import parse_sink_options
+        sink.write_task = lambda *args: "message"
+        options = {SINK!r}
+        off = sink.PyKafkaBatchWriter(
+            parse_sink_options({{**options, "workerGcFreeze": "false"}}), None, "id", 1000)
+        print(off._write(iter(())), gc.get_freeze_count())
+        on = sink.PyKafkaStreamWriter(parse_sink_options(options), None, None, 1000)
+        print(on._write(iter(())), gc.get_freeze_count() > 10_000)
+    """)
+    assert out.splitlines() == ["message 0", "message True"]
+
+
 def test_the_option_defaults_to_on_and_can_be_turned_off() -> None:
     assert parse_source_options(BASE, "stream").worker_gc_freeze
     assert not parse_source_options({**BASE, "workerGcFreeze": "false"},
                                     "stream").worker_gc_freeze
+    assert parse_sink_options(SINK).worker_gc_freeze
+    assert not parse_sink_options({**SINK, "workerGcFreeze": "FALSE"}).worker_gc_freeze
