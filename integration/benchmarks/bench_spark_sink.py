@@ -85,6 +85,12 @@ def _input(spark: Any, rows: int, size: int, partitions: int) -> Any:
     return df
 
 
+def warm_input(df: Any, partitions: int) -> Any:
+    """A few rows of ``df`` in ``partitions`` tasks: a warm-up that starts (and imports into)
+    every Python worker the measured writes use, not only the one a single task would."""
+    return df.limit(1000 * partitions).repartition(partitions)
+
+
 def _write(writer: str, df: Any, bootstrap: str, topic: str, codec: str) -> None:
     if writer == "noop":
         df.write.format("noop_arrow").mode("append").save()
@@ -148,8 +154,8 @@ def _scenario(spark: Any, admin: Any, meter: CpuMeter, bootstrap: str, rows: int
     admin.create_topic(topic, partitions)
     rates: dict[str, list[float]] = {writer: [] for writer in WRITERS}
     cpu: dict[str, list[dict[str, float]]] = {writer: [] for writer in WRITERS}
-    _write("eos", df.limit(1000), bootstrap, topic, codec)  # warm up both paths
-    _write("jvm", df.limit(1000), bootstrap, topic, codec)
+    for writer in ("eos", "jvm"):  # warm up both paths
+        _write(writer, warm_input(df, partitions), bootstrap, topic, codec)
     for run in range(runs):
         for writer in WRITERS:
             if spy is not None and writer == "eos":

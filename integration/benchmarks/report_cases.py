@@ -246,8 +246,9 @@ def spark_write(spark: Any, cluster: KafkaCluster, config: Config, progress: Pro
             df = bench_spark_sink._input(spark, rows_count, size, partitions)
             topic = f"bench-write-{size}-{codec}-{uuid.uuid4().hex[:6]}"
             cluster.create_topic(topic, partitions)
-            for writer in names:  # warm up each path
-                bench_spark_sink._write(writer, df.limit(1000), bootstrap, topic, codec)
+            for writer in names:  # warm up each path, in every Python worker
+                bench_spark_sink._write(writer, bench_spark_sink.warm_input(df, partitions),
+                                        bootstrap, topic, codec)
 
             samples = _interleaved(config.runs, {
                 name: partial(_write_once, writer, df, bootstrap, topic, codec, rows_count)

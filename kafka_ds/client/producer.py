@@ -321,9 +321,11 @@ class Producer:
                     txn.record_count += encoded.record_count
             touched.append(batch)
             # The batch is full by construction: a sleeping sender should send it now (a busy
-            # one finds it on its next round, without the syscall).
-            if self._sender.polling:
-                self._sender.client.wakeup()
+            # one finds it on its next round, without the syscall; one at the in-flight limit
+            # for the leader cannot send it, and its next response wakes it).
+            sender = self._sender
+            if sender.polling and sender.could_send_to(sender.leader_of(topic, partition)):
+                sender.client.wakeup()
         return BulkFuture(touched, count)
 
     def _append_many(self, topic: str, meta: TopicMeta, partition: int | None,

@@ -245,6 +245,16 @@ class Sender:
 
     # --- metadata --------------------------------------------------------------------------
 
+    def could_send_to(self, node: int) -> bool:
+        """Whether the loop may send to ``node`` now (an unknown leader, -1, counts as yes).
+
+        Read by other threads without the lock, to skip waking a sender that sits at the
+        in-flight limit: the response it waits for wakes it, and it then drains what was
+        queued meanwhile. A stale answer costs one useless wakeup, or leaves a batch to that
+        response, never more (the count only drops inside ``poll``, which returns after it).
+        """
+        return node < 0 or self._in_flight.get(node, 0) < self.config.max_in_flight
+
     def leader_of(self, topic: str, partition: int) -> int:
         info = self.cluster.topics.get(topic)
         if info is None:
