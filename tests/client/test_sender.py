@@ -147,3 +147,15 @@ def test_delivery_timeout_expires_queued_and_in_flight_batches(attempts_left: bo
     assert isinstance(in_flight.result.error, KafkaTimeoutError)
     assert "delivery.timeout.ms" in str(in_flight.result.error)
     assert state.partitions[("t", 0)].unresolved == in_flight.last_sequence
+
+
+def test_a_sender_is_worth_waking_only_below_the_in_flight_limit_of_the_leader() -> None:
+    # send_arrow wakes a polling sender for a new full batch only when the loop could send it
+    # to the batch's leader now; at the limit, the response it waits for wakes it.
+    sender, *_ = _sender(**{"max.in.flight.requests.per.connection": "2"})
+    assert sender.could_send_to(1) and sender.could_send_to(-1)  # -1: leader unknown
+    sender._in_flight[1] = 1  # as _send_produce counts a request on the wire
+    assert sender.could_send_to(1)
+    sender._in_flight[1] = 2
+    assert not sender.could_send_to(1)
+    assert sender.could_send_to(2) and sender.could_send_to(-1)
