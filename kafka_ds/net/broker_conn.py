@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import random
+import selectors
 import socket
 import ssl
 from collections import deque
@@ -49,6 +51,7 @@ from kafka_ds.net.future import RequestFuture
 from kafka_ds.net.metrics import ConnectionMetrics
 from kafka_ds.net.security import ConnectionConfig
 from kafka_ds.net.transport import (
+    SocketSetup,
     client_certificate_refused,
     open_socket,
     refuses_client_certificate,
@@ -75,6 +78,15 @@ _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSL
 # After a token source fails at re-authentication time, try it again this much later (the
 # session is still valid: re-authentication starts well before it ends).
 _REAUTH_RETRY_MS = 1_000
+
+
+class HandshakeCutError(NetworkError):
+    """The connection was lost during a connect's ApiVersions or SASL exchange.
+
+    A broker restarting or a link cut does this, and so does a listener that wants another
+    ``security.protocol`` (it hangs up on our first request). Lookups retry it on a fresh
+    connection within their timeout; twice running on fresh connections means the latter.
+    """
 
 
 class _Held(NamedTuple):
@@ -117,12 +129,19 @@ class BrokerConnection:
         # session over (monotonic ms; None when the broker set no lifetime).
         self.reauthenticate_at_ms: int | None = None
         self.session_expires_at_ms: int | None = None
-        self._reauth: SaslAuthentication | None = None  # a re-authentication under way
-        self._reauth_started_ms = 0
+        self._sasl: SaslAuthentication | None = None  # an exchange under way
+        self._sasl_started_ms = 0
         self._held: deque[_Held] = deque()
+        # Connect state: TCP/TLS setup first, then ApiVersions and SASL as pipelined
+        # requests (``_negotiating``), all before one deadline.
+        self._setup: SocketSetup | None = None
+        self._negotiating = False
+        self._setup_api = ""  # the request of the connect in flight, for error messages
+        self.connect_deadline_ms = 0
 
     def __repr__(self) -> str:
-        state = "connected" if self.connected else "closed"
+        state = "connected" if self.connected else (
+            "connecting" if self.connecting else "closed")
         return f"BrokerConnection(node {self.node_id} at {self.address}, {state})"
 
     @property
@@ -131,7 +150,25 @@ class BrokerConnection:
 
     @property
     def connected(self) -> bool:
-        return self.sock is not None
+        """Ready for requests: connected, ApiVersions learned, SASL done."""
+        return self.sock is not None and not self._negotiating
+
+    @property
+    def connecting(self) -> bool:
+        """A connect is under way (TCP, TLS, ApiVersions or SASL)."""
+        return self._setup is not None or self._negotiating
+
+    def fileno(self) -> int:
+        """The socket a selector must watch (-1 when closed); it changes while connecting."""
+        if self._setup is not None:
+            return self._setup.fileno()
+        return self.sock.fileno() if self.sock is not None else -1
+
+    def interest(self) -> int:
+        """The selector events this connection waits for now."""
+        if self._setup is not None:
+            return selectors.EVENT_WRITE if self._setup.wants_write else selectors.EVENT_READ
+        return selectors.EVENT_READ | (selectors.EVENT_WRITE if self._send_queue else 0)
 
     @property
     def in_flight_count(self) -> int:
@@ -139,7 +176,7 @@ class BrokerConnection:
 
     @property
     def reauthenticating(self) -> bool:
-        return self._reauth is not None
+        return self._sasl is not None and not self._negotiating
 
     def session_expired(self, now_ms: int) -> bool:
         """True once the SASL session has ended: the broker closes the connection on the next
@@ -148,92 +185,108 @@ class BrokerConnection:
 
     # --- phase 1: connect ----------------------------------------------------------------
 
-    def connect(self) -> None:
-        """Open the socket and complete ApiVersions and SASL. Blocking; raises on failure."""
+    def start_connect(self) -> None:
+        """Begin connecting; never waits for the peer.
+
+        The selector loop (``NetworkClient.poll``, or ``connect`` below) drives the rest
+        through ``on_writable``/``on_readable``/``check_timeouts``. A connect that fails ends
+        with the connection closed and ``closed_error`` saying why; ``connected`` turns true
+        once ApiVersions (and SASL) are done.
+        """
         config = self.config
         self.metrics.connection_attempts += 1
-        deadline_ms = self.clock.monotonic_ms() + config.connect_timeout_ms
-        sock = open_socket(
-            self.host, self.port, timeout_ms=config.connect_timeout_ms,
-            ssl_context=config.ssl_context(),
-            send_buffer_bytes=config.send_buffer_bytes,
-            receive_buffer_bytes=config.receive_buffer_bytes)
-        self.sock = sock
         self.closed_error = None
+        self.connect_deadline_ms = self.clock.monotonic_ms() + config.connect_timeout_ms
         try:
-            self._exchange_api_versions(deadline_ms)
-            if config.security_protocol.uses_sasl:
-                self._authenticate(deadline_ms)
-            sock.setblocking(False)
-        except TimeoutError as exc:
-            self.close(None)
-            raise KafkaTimeoutError(
-                f"broker {self.address} did not finish connecting within "
-                f"{config.connect_timeout_ms} ms (socket.connection.setup.timeout.ms); if the "
-                "listener expects TLS or SASL, check security.protocol") from exc
-        except BaseException:
-            self.close(None)
-            raise
-        self.metrics.connections_opened += 1
+            self._setup = open_socket(
+                self.host, self.port, timeout_ms=config.connect_timeout_ms,
+                ssl_context=config.ssl_context(),
+                send_buffer_bytes=config.send_buffer_bytes,
+                receive_buffer_bytes=config.receive_buffer_bytes)
+        except KafkaDsError as exc:
+            self.close(exc)
+            return
+        self._after_setup_step()
 
-    def _roundtrip(self, request: Request, version: int, deadline_ms: int) -> ApiMessage:
-        """Blocking request/response, used only while connecting; ``TimeoutError`` once
-        ``deadline_ms`` passes, however the bytes trickle in."""
-        assert self.sock is not None
-        _, frame = self.protocol.send_request(request, version)
+    def connect(self) -> None:
+        """Connect, blocking until ready or failed (raises ``closed_error``).
+
+        For callers with no selector loop of their own; ``NetworkClient`` uses
+        ``start_connect`` and its ``poll`` instead, so other connections keep moving.
+        """
+        self.start_connect()
+        with selectors.DefaultSelector() as selector:
+            watched: tuple[int, int] | None = None
+            while self.connecting:
+                fileno, events = self.fileno(), self.interest()
+                if watched != (fileno, events):
+                    if watched is not None:
+                        selector.unregister(watched[0])
+                    selector.register(fileno, events)
+                    watched = (fileno, events)
+                remaining_ms = self.connect_deadline_ms - self.clock.monotonic_ms()
+                for _, mask in selector.select(max(0, remaining_ms) / 1000):
+                    if mask & selectors.EVENT_WRITE:
+                        self.on_writable()
+                    if mask & selectors.EVENT_READ:
+                        self.on_readable()
+                self.check_timeouts(self.clock.monotonic_ms())
+        if not self.connected:
+            raise self.closed_error or NetworkError(f"connection to {self.address} is closed")
+
+    def _after_setup_step(self) -> None:
+        """Once TCP (and TLS) are up, start the ApiVersions exchange on the pipelined path."""
+        setup = self._setup
+        assert setup is not None
+        if setup.ready is None:
+            return
+        self._setup = None
+        self.sock = setup.ready
+        self._negotiating = True
+        self._send_api_versions(SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][1])
+
+    def _on_setup_event(self) -> None:
+        assert self._setup is not None
         try:
-            self._settimeout(deadline_ms)
-            self.sock.sendall(frame)
-            while True:
-                self._settimeout(deadline_ms)
-                count = self.sock.recv_into(self.protocol.read_buffer())
-                if count == 0:
-                    protocol = self.config.security_protocol
-                    raise NetworkError(
-                        f"broker {self.address} closed the connection during "
-                        f"{ApiKey(request.API_KEY).name}: does this listener expect "
-                        f"{'plaintext' if protocol.uses_tls else 'TLS'} or "
-                        f"{'no SASL' if protocol.uses_sasl else 'SASL'}? Check security.protocol")
-                received = self.protocol.bytes_received(count)
-                if received is not None:
-                    return received.response
-        except TimeoutError:
-            raise
-        except DecodeError as exc:
-            tls = self.config.security_protocol.uses_tls
-            raise NetworkError(
-                f"broker {self.address} did not answer like a Kafka broker ({exc}); "
-                f"{'is this a plaintext listener' if tls else 'does this listener use TLS'}? "
-                "Check security.protocol") from exc
-        except ssl.SSLError as exc:
-            if refuses_client_certificate(exc):
-                # With TLS 1.3 the broker judges our certificate after the handshake, so its
-                # refusal arrives as an alert on the first read rather than in connect.
-                raise client_certificate_refused(self.address, exc) from exc
-            raise NetworkError(f"TLS with {self.address} failed while connecting: {exc}") from exc
-        except OSError as exc:
-            raise NetworkError(f"connection to {self.address} failed while connecting: "
-                               f"{exc}") from exc
+            self._setup.on_event()
+        except KafkaDsError as exc:
+            self.close(exc)
+            return
+        self._after_setup_step()
 
-    def _settimeout(self, deadline_ms: int) -> None:
-        assert self.sock is not None
-        remaining_ms = deadline_ms - self.clock.monotonic_ms()
-        if remaining_ms <= 0:
-            raise TimeoutError
-        self.sock.settimeout(remaining_ms / 1000)
+    def _send_setup_request(self, request: Request, version: int,
+                            on_response: Callable[[Any], None]) -> None:
+        """Send one ApiVersions or SASL request of the connect; ``on_response`` gets the
+        decoded answer (a failure has closed the connection already, with the reason)."""
+        self._setup_api = ApiKey(request.API_KEY).name
+        remaining_ms = max(0, self.connect_deadline_ms - self.clock.monotonic_ms())
+        future = self._enqueue(request, version, True, remaining_ms)
 
-    def _exchange_api_versions(self, deadline_ms: int) -> None:
-        ours = SUPPORTED_VERSIONS[ApiKey.API_VERSIONS]
+        def done(future: RequestFuture[Any]) -> None:
+            if future.failed() or self.sock is None:
+                return
+            try:
+                on_response(future.result())
+            except KafkaDsError as exc:
+                self.close(exc)
+
+        future.add_callback(done)
+
+    def _send_api_versions(self, version: int) -> None:
         request = ApiVersionsRequest(client_software_name="kafka-ds",
                                      client_software_version=__version__)
-        response = self._roundtrip(request, ours[1], deadline_ms)
-        assert isinstance(response, ApiVersionsResponse)
-        if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
+        self._send_setup_request(request, version,
+                                 functools.partial(self._on_api_versions, version))
+
+    def _on_api_versions(self, version: int, response: ApiVersionsResponse) -> None:
+        ours = SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][1]
+        if response.error_code == ErrorCode.UNSUPPORTED_VERSION and version == ours:
             # The v0 answer lists the broker's ApiVersions range: retry within it.
             theirs = {item.api_key: item.max_version for item in response.api_keys}
-            version = min(ours[1], theirs.get(ApiKey.API_VERSIONS, 0))
-            response = self._roundtrip(request, version, deadline_ms)
-            assert isinstance(response, ApiVersionsResponse)
+            lower = min(ours, theirs.get(ApiKey.API_VERSIONS, 0))
+            if lower != version:
+                self._send_api_versions(lower)
+                return
         if response.error_code:
             raise ProtocolError(f"broker {self.address} refused ApiVersions with error "
                                 f"{response.error_code}")
@@ -243,6 +296,36 @@ class BrokerConnection:
         if response.finalized_features_epoch >= 0:
             self.finalized_features = {item.name: item.max_version_level
                                        for item in response.finalized_features}
+        if self.config.security_protocol.uses_sasl:
+            self._begin_sasl(self._new_authentication(), self.clock.monotonic_ms())
+        else:
+            self._connected()
+
+    def _connected(self) -> None:
+        self._negotiating = False
+        self.metrics.connections_opened += 1
+        self._release_held()
+
+    def _connect_timeout_error(self) -> KafkaTimeoutError:
+        if self._setup is not None:
+            return self._setup.timeout_error()
+        return KafkaTimeoutError(
+            f"broker {self.address} did not finish connecting within "
+            f"{self.config.connect_timeout_ms} ms (socket.connection.setup.timeout.ms); if the "
+            "listener expects TLS or SASL, check security.protocol")
+
+    def _setup_cut(self, what: str, exc: BaseException | None = None) -> HandshakeCutError:
+        """The connection was lost in the middle of the ApiVersions/SASL exchange."""
+        error = HandshakeCutError(what)
+        error.__cause__ = exc
+        return error
+
+    def _closed_while_connecting(self) -> HandshakeCutError:
+        protocol = self.config.security_protocol
+        return self._setup_cut(
+            f"broker {self.address} closed the connection during {self._setup_api}: does "
+            f"this listener expect {'plaintext' if protocol.uses_tls else 'TLS'} or "
+            f"{'no SASL' if protocol.uses_sasl else 'SASL'}? Check security.protocol")
 
     def _new_authentication(self) -> SaslAuthentication:
         """A fresh SASL exchange with fresh credentials (a token source is asked again)."""
@@ -252,15 +335,6 @@ class BrokerConnection:
             sasl.new_mechanism(self.host), address=self.address, username=sasl.identity,
             handshake_version=self.version_for(ApiKey.SASL_HANDSHAKE),
             authenticate_version=self.version_for(ApiKey.SASL_AUTHENTICATE))
-
-    def _authenticate(self, deadline_ms: int) -> None:
-        started_ms = self.clock.monotonic_ms()
-        authentication = self._new_authentication()
-        step: tuple[Request, int] | None = authentication.first_request()
-        while step is not None:
-            step = authentication.on_response(self._roundtrip(*step, deadline_ms))
-        self.metrics.authentications += 1
-        self._start_session(authentication, started_ms)
 
     def _start_session(self, authentication: SaslAuthentication, started_ms: int) -> None:
         """Plan the next re-authentication from the lifetime the broker granted.
@@ -279,12 +353,12 @@ class BrokerConnection:
                   self.node_id, self.address, lifetime_ms,
                   self.reauthenticate_at_ms - started_ms)
 
-    # --- re-authentication (KIP-368) --------------------------------------------------------
+    # --- SASL, at connect and again on the open connection (KIP-368) ---------------------
 
     def maybe_reauthenticate(self, now_ms: int) -> None:
         """Start re-authenticating if the session is due; requests sent meanwhile wait."""
         due = self.reauthenticate_at_ms
-        if due is None or now_ms < due or self._reauth is not None or self.sock is None:
+        if due is None or now_ms < due or self._sasl is not None or not self.connected:
             return
         try:
             authentication = self._new_authentication()
@@ -298,31 +372,52 @@ class BrokerConnection:
         log.debug("node %s (%s): re-authenticating (%d requests in flight)", self.node_id,
                   self.address, len(self._waiting))
         self.metrics.requests_in_flight_at_reauthentication += len(self._waiting)
-        self._reauth = authentication
-        self._reauth_started_ms = now_ms
         self.reauthenticate_at_ms = None
-        self._send_reauth(authentication.first_request())
+        self._begin_sasl(authentication, now_ms)
 
-    def _send_reauth(self, step: tuple[Request, int]) -> None:
+    def _begin_sasl(self, authentication: SaslAuthentication, started_ms: int) -> None:
+        self._sasl = authentication
+        self._sasl_started_ms = started_ms
+        self._send_sasl(authentication.first_request())
+
+    def _send_sasl(self, step: tuple[Request, int]) -> None:
+        if self._negotiating:  # part of the connect: its deadline, its error messages
+            self._send_setup_request(step[0], step[1], self._on_sasl_response)
+            return
         future = self._enqueue(step[0], step[1], True, None)
-        future.add_callback(self._on_reauth_response)
+        future.add_callback(self._on_reauth_future)
 
-    def _on_reauth_response(self, future: RequestFuture[Any]) -> None:
-        authentication = self._reauth
-        if future.failed() or authentication is None:
+    def _on_reauth_future(self, future: RequestFuture[Any]) -> None:
+        if future.failed() or self._sasl is None:
             return  # the connection closed: close() has failed the held requests
         try:
-            step = authentication.on_response(future.result())
-        except AuthenticationError as exc:
-            self.metrics.reauthentication_failures += 1
+            self._on_sasl_response(future.result())
+        except KafkaDsError as exc:
             self.close(exc)
-            return
+
+    def _on_sasl_response(self, response: ApiMessage) -> None:
+        authentication = self._sasl
+        assert authentication is not None
+        try:
+            step = authentication.on_response(response)
+        except AuthenticationError:
+            if not self._negotiating:
+                self.metrics.reauthentication_failures += 1
+            raise
         if step is not None:
-            self._send_reauth(step)
+            self._send_sasl(step)
             return
-        self._reauth = None
-        self.metrics.reauthentications += 1
-        self._start_session(authentication, self._reauth_started_ms)
+        self._sasl = None
+        self._start_session(authentication, self._sasl_started_ms)
+        if self._negotiating:
+            self.metrics.authentications += 1
+            self._connected()
+        else:
+            self.metrics.reauthentications += 1
+            self._release_held()
+
+    def _release_held(self) -> None:
+        """Send the requests that waited for the connect or a re-authentication to end."""
         held, self._held = self._held, deque()
         for item in held:
             if self.sock is None:
@@ -351,14 +446,15 @@ class BrokerConnection:
         request waits, and goes out as soon as the broker has accepted the new credentials.
         """
         future: RequestFuture[Any] = RequestFuture()
-        if self.sock is None:
+        if self.sock is None and self._setup is None:
             future.fail(self.closed_error
                         or NetworkError(f"connection to {self.address} is closed"))
             return future
         self.maybe_reauthenticate(self.clock.monotonic_ms())
-        if self._reauth is not None:
+        if self._sasl is not None or self.connecting:
             self._held.append(_Held(request, version, expect_response, timeout_ms, future))
-            self.metrics.requests_held_for_reauthentication += 1
+            if not self.connecting:
+                self.metrics.requests_held_for_reauthentication += 1
             return future
         return self._enqueue(request, version, expect_response, timeout_ms, future)
 
@@ -377,11 +473,11 @@ class BrokerConnection:
         self.on_writable()
         return future
 
-    def wants_write(self) -> bool:
-        return bool(self._send_queue)
-
     def on_writable(self) -> None:
-        """Write as much of the queue as the socket takes."""
+        """Write as much of the queue as the socket takes (or step the connect)."""
+        if self._setup is not None:
+            self._on_setup_event()
+            return
         sock = self.sock
         try:
             while self._send_queue and sock is not None:
@@ -397,10 +493,17 @@ class BrokerConnection:
                 if done_future is not None:
                     done_future.succeed(None)
         except OSError as exc:
+            if self._negotiating:
+                self.close(self._setup_cut(
+                    f"connection to {self.address} failed while connecting: {exc}", exc))
+                return
             self.close(NetworkError(f"sending to broker {self.address} failed: {exc}"))
 
     def on_readable(self) -> None:
         """Read everything the socket has; complete futures for whole responses."""
+        if self._setup is not None:
+            self._on_setup_event()
+            return
         sock = self.sock
         protocol = self.protocol
         try:
@@ -410,6 +513,9 @@ class BrokerConnection:
                 except _WOULD_BLOCK:
                     return
                 if count == 0:
+                    if self._negotiating:
+                        self.close(self._closed_while_connecting())
+                        return
                     hint = "" if self.responses_received else (
                         " before answering our first request: if the listener requires SASL "
                         "or TLS, check security.protocol and sasl.mechanism")
@@ -418,32 +524,69 @@ class BrokerConnection:
                 received = protocol.bytes_received(count)
                 if received is not None:
                     future, _ = self._waiting.popleft()
-                    self.responses_received += 1
+                    if not self._negotiating:
+                        self.responses_received += 1
                     future.succeed(received.response)
                     sock = self.sock  # a callback may have closed us
+        except DecodeError as exc:
+            if not self._negotiating:
+                self.close(exc)
+                return
+            tls = self.config.security_protocol.uses_tls
+            error = NetworkError(
+                f"broker {self.address} did not answer like a Kafka broker ({exc}); "
+                f"{'is this a plaintext listener' if tls else 'does this listener use TLS'}? "
+                "Check security.protocol")
+            error.__cause__ = exc
+            self.close(error)
         except ProtocolError as exc:
             self.close(exc)
+        except ssl.SSLError as exc:
+            if refuses_client_certificate(exc):
+                # With TLS 1.3 the broker judges our certificate after the handshake, so its
+                # refusal arrives as an alert on the first read rather than in the handshake.
+                self.close(client_certificate_refused(self.address, exc))
+            elif self._negotiating:
+                self.close(NetworkError(
+                    f"TLS with {self.address} failed while connecting: {exc}"))
+            else:
+                self.close(NetworkError(f"connection to broker {self.address} failed: {exc}"))
         except OSError as exc:
+            if self._negotiating:
+                self.close(self._setup_cut(
+                    f"connection to {self.address} failed while connecting: {exc}", exc))
+                return
             reset = exc.errno in (errno.ECONNRESET, errno.EPIPE)
             self.close(NetworkError(f"connection to broker {self.address} "
                                     f"{'was reset' if reset else f'failed: {exc}'}"))
 
     def check_timeouts(self, now_ms: int) -> None:
+        if self.connecting:
+            if now_ms >= self.connect_deadline_ms:
+                self.close(self._connect_timeout_error())
+            return
         if self._waiting and self._waiting[0][1] <= now_ms:
             self.close(KafkaTimeoutError(
                 f"broker {self.address} did not answer within request.timeout.ms; closing the "
                 "connection (responses are ordered, so a late one cannot be skipped)"))
 
     def next_deadline_ms(self) -> int | None:
-        """The earliest time something must happen: a request's timeout, or re-authenticating."""
+        """The earliest time something must happen: the connect's deadline, a request's
+        timeout, or re-authenticating."""
+        if self.connecting:
+            return self.connect_deadline_ms
         deadlines = [self._waiting[0][1]] if self._waiting else []
-        if self.reauthenticate_at_ms is not None and self._reauth is None:
+        if self.reauthenticate_at_ms is not None and self._sasl is None:
             deadlines.append(self.reauthenticate_at_ms)
         return min(deadlines, default=None)
 
     def close(self, error: KafkaDsError | None) -> None:
         """Close the socket; every pending future fails with ``error`` (or a generic one)."""
         sock, self.sock = self.sock, None
+        setup, self._setup = self._setup, None
+        if setup is not None:
+            setup.close()
+        self._negotiating = False
         if sock is not None:
             with contextlib.suppress(OSError):  # closing a broken socket
                 sock.close()
@@ -456,7 +599,7 @@ class BrokerConnection:
         self._waiting.clear()
         self._send_queue.clear()
         self._held.clear()
-        self._reauth = None
+        self._sasl = None
         self.reauthenticate_at_ms = self.session_expires_at_ms = None
         if error is not None and pending:
             log.info("connection to node %s (%s) closed with %d requests pending: %s",

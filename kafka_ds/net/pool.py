@@ -31,7 +31,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from kafka_ds.net.broker_conn import BrokerConnection
+from kafka_ds.net.broker_conn import BrokerConnection, HandshakeCutError
 from kafka_ds.net.clock import SYSTEM_CLOCK, Clock
 from kafka_ds.net.future import RequestFuture
 from kafka_ds.net.metrics import ConnectionMetrics
@@ -98,11 +98,15 @@ class NetworkClient:
                                for index, address in enumerate(self.bootstrap)}
         self.metrics = ConnectionMetrics()
         self._nodes: dict[int, tuple[str, int]] = {}
-        self._connections: dict[int, BrokerConnection] = {}
+        self._connections: dict[int, BrokerConnection] = {}  # open or connecting
+        self._connecting: set[int] = set()  # nodes whose connect has not ended yet
+        self._connect_errors: dict[int, KafkaDsError] = {}
+        # Connects that ended (either way), for a loop waiting on ``poll_until`` to notice.
+        self.connect_events = 0
         self._backoff = _Backoff(config.reconnect_backoff_ms, config.reconnect_backoff_max_ms)
         self._next_bootstrap = 0
         self._selector = selectors.DefaultSelector()
-        self._registered: dict[int, tuple[socket.socket, int]] = {}  # node -> (sock, events)
+        self._registered: dict[int, tuple[int, int]] = {}  # node -> (fd, events)
         self._wakeup_read, self._wakeup_write = socket.socketpair()
         self._wakeup_read.setblocking(False)
         self._wakeup_write.setblocking(False)
@@ -127,44 +131,93 @@ class NetworkClient:
         connection = self._connections.get(node_id)
         return connection is not None and connection.connected
 
+    def ready(self, node_id: int) -> bool:
+        """Is the connection to ``node_id`` usable now? Never blocks.
+
+        With no connection, starts one (unless the node's reconnect backoff has not passed)
+        and returns False; ``poll`` drives it. ``connection_error(node_id)`` then says why
+        the last connect failed, if it did.
+        """
+        connection = self._live(node_id)
+        if connection is not None:
+            return connection.connected
+        if self._backoff.retry_at_ms(node_id) > self.clock.monotonic_ms():
+            return False
+        with contextlib.suppress(KafkaDsError):  # kept in connection_error()
+            self._start(node_id)
+        return False
+
+    def connection_error(self, node_id: int) -> KafkaDsError | None:
+        """Why the last connect to ``node_id`` failed; None once a new one starts or works."""
+        return self._connect_errors.get(node_id)
+
     def connection(self, node_id: int) -> BrokerConnection:
-        """The open connection to ``node_id``, connecting (blocking) if needed."""
+        """The open connection to ``node_id``, connecting if needed; raises on failure.
+
+        Blocks until the connect ends (at most ``socket.connection.setup.timeout.ms``, after
+        the node's reconnect backoff), but polls while it waits: requests to other brokers
+        keep moving and their callbacks run meanwhile.
+        """
+        connection = self._live(node_id)
+        if connection is None:
+            while (wait_ms := self._backoff.retry_at_ms(node_id) - self.clock.monotonic_ms()) > 0:
+                self.poll(wait_ms)
+            connection = self._start(node_id)
+        while connection.connecting:
+            self.poll(max(0, connection.connect_deadline_ms - self.clock.monotonic_ms()))
+        if connection.connected:
+            return connection
+        raise connection.closed_error or NetworkError(f"connection to broker {node_id} closed")
+
+    def _live(self, node_id: int) -> BrokerConnection | None:
+        """The connection to ``node_id`` if it is usable or still connecting; a dead one is
+        dropped (and a failed connect recorded)."""
         existing = self._connections.get(node_id)
-        if existing is not None and existing.connected:
+        if existing is None:
+            return None
+        if existing.connecting:
+            return existing
+        if existing.connected:
             if not (existing.session_expired(self.clock.monotonic_ms())
                     and existing.in_flight_count == 0):
                 return existing
             # Idle past its SASL session: the broker would close it on our next request.
             self.metrics.expired_sessions_closed += 1
             self._drop(node_id, NetworkError(f"SASL session with broker {node_id} expired"))
-        elif existing is not None or node_id in self._registered:
-            # A connection that closed itself between polls (a failed write, a cut) is still
-            # registered with the selector under its old socket. Its fd number is free now and
-            # the new socket may well get it, which the selector would refuse as a duplicate.
-            self._drop(node_id, existing.closed_error if existing is not None
-                       and existing.closed_error is not None
-                       else NetworkError(f"connection to broker {node_id} closed"))
+            return None
+        # Closed itself between polls (a failed write, a cut).
+        self._reap(node_id, existing)
+        return None
+
+    def _start(self, node_id: int) -> BrokerConnection:
+        """Start connecting to ``node_id``; raises at once if it cannot even start."""
         address = self._nodes.get(node_id) or self._bootstrap_ids.get(node_id)
         if address is None:
             raise NetworkError(f"no address known for broker {node_id}; refresh metadata")
-        wait_ms = self._backoff.retry_at_ms(node_id) - self.clock.monotonic_ms()
-        if wait_ms > 0:
-            self.clock.sleep_ms(wait_ms)
+        self._connect_errors.pop(node_id, None)
         connection = BrokerConnection(node_id, address[0], address[1], self.config, self.clock,
                                       self.metrics)
-        try:
-            connection.connect()
-        except AuthenticationError:
-            raise  # configuration, not availability: never backed off and retried
-        except KafkaDsError:
-            self._backoff.failed(node_id, self.clock.monotonic_ms())
-            raise
-        self._backoff.succeeded(node_id)
+        connection.start_connect()
         self._connections[node_id] = connection
-        assert connection.sock is not None
-        self._selector.register(connection.sock, selectors.EVENT_READ, node_id)
-        self._registered[node_id] = (connection.sock, selectors.EVENT_READ)
+        self._connecting.add(node_id)
+        if not connection.connecting:
+            self._reap(node_id, connection)
+            raise connection.closed_error or NetworkError(f"cannot connect to broker {node_id}")
+        self._watch(node_id, connection)
         return connection
+
+    def _reap(self, node_id: int, connection: BrokerConnection) -> None:
+        """Drop a connection that closed; if it closed while connecting, the connect failed:
+        remember why, and back the node off (not for an ``AuthenticationError``, which is
+        configuration, not availability: the caller fails at once rather than retry)."""
+        error = connection.closed_error or NetworkError(f"connection to broker {node_id} closed")
+        if node_id in self._connecting:
+            self._connecting.discard(node_id)
+            self._connect_errors[node_id] = error
+            self.connect_events += 1
+            if not isinstance(error, AuthenticationError):
+                self._backoff.failed(node_id, self.clock.monotonic_ms())
+        self._drop(node_id, error)
 
     def any_connection(self) -> BrokerConnection:
         """Some live connection: an open one, else known nodes, else bootstrap in rotation."""
@@ -182,7 +235,10 @@ class NetworkClient:
                 errors.append(exc)
         if len(errors) == 1:
             raise errors[0]
-        raise NetworkError("could not connect to any broker: " + "; ".join(map(str, errors)))
+        # Every address hung up during the handshake: as retriable as each of them was.
+        kind = HandshakeCutError if all(isinstance(error, HandshakeCutError)
+                                        for error in errors) else NetworkError
+        raise kind("could not connect to any broker: " + "; ".join(map(str, errors)))
 
     def _rotated_bootstrap_ids(self) -> list[int]:
         ids = list(self._bootstrap_ids)
@@ -192,10 +248,8 @@ class NetworkClient:
 
     def _drop(self, node_id: int, error: KafkaDsError) -> None:
         connection = self._connections.pop(node_id, None)
-        registered = self._registered.pop(node_id, None)
-        if registered is not None:
-            with contextlib.suppress(KeyError, ValueError):  # already gone
-                self._selector.unregister(registered[0])
+        self._connecting.discard(node_id)
+        self._unwatch(node_id)
         if connection is not None:
             connection.close(error)
 
@@ -216,7 +270,7 @@ class NetworkClient:
             return future
         future = connection.send(request, version, expect_response=expect_response,
                                  timeout_ms=timeout_ms)
-        self._update_interest(node_id, connection)
+        self._watch(node_id, connection)
         return future
 
     def request(self, node_id: int, request: Request, timeout_ms: int | None = None,
@@ -245,14 +299,37 @@ class NetworkClient:
 
     # --- the loop -------------------------------------------------------------------------
 
-    def _update_interest(self, node_id: int, connection: BrokerConnection) -> None:
+    def _watch(self, node_id: int, connection: BrokerConnection) -> None:
+        """Point the selector at the connection's current socket, for the events it wants.
+
+        Sockets are registered by file descriptor: a connect's socket changes when it tries
+        the next address, and TLS wraps it in another object on the same descriptor.
+        """
+        fd, events = connection.fileno(), connection.interest()
         registered = self._registered.get(node_id)
-        if registered is None or connection.sock is None:
+        if registered == (fd, events):
             return
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.wants_write() else 0)
-        if events != registered[1]:
-            self._selector.modify(registered[0], events, node_id)
-            self._registered[node_id] = (registered[0], events)
+        if registered is not None and registered[0] != fd:
+            self._unwatch(node_id)
+            registered = None
+        if fd < 0:
+            return
+        if registered is None:
+            # A connection that closed itself between polls may still hold this descriptor
+            # number in the selector: the number is free again, and a new socket may get it.
+            stale = self._selector.get_map().get(fd)
+            if stale is not None:
+                self._unwatch(stale.data)
+            self._selector.register(fd, events, node_id)
+        else:
+            self._selector.modify(fd, events, node_id)
+        self._registered[node_id] = (fd, events)
+
+    def _unwatch(self, node_id: int) -> None:
+        registered = self._registered.pop(node_id, None)
+        if registered is not None:
+            with contextlib.suppress(KeyError, ValueError, OSError):  # already gone
+                self._selector.unregister(registered[0])
 
     def poll(self, timeout_ms: int) -> None:
         """Wait up to ``timeout_ms`` for I/O, move bytes, complete futures, expire requests."""
@@ -267,21 +344,24 @@ class NetworkClient:
                 self._drain_wakeups()
                 continue
             ready = self._connections.get(node_id)
-            if ready is None:
-                continue
-            connection = ready
+            if ready is None or ready.fileno() != key.fd:
+                continue  # a stale registration of a socket closed meanwhile
             if mask & selectors.EVENT_WRITE:
-                connection.on_writable()
+                ready.on_writable()
             if mask & selectors.EVENT_READ:
-                connection.on_readable()
+                ready.on_readable()
         now_ms = self.clock.monotonic_ms()
         for node_id, connection in list(self._connections.items()):
             connection.check_timeouts(now_ms)
             connection.maybe_reauthenticate(now_ms)
-            if connection.connected:
-                self._update_interest(node_id, connection)
+            if connection.connected and node_id in self._connecting:
+                self._connecting.discard(node_id)
+                self._backoff.succeeded(node_id)
+                self.connect_events += 1
+            if connection.connected or connection.connecting:
+                self._watch(node_id, connection)
             else:
-                self._drop(node_id, connection.closed_error or NetworkError("closed"))
+                self._reap(node_id, connection)
 
     def wakeup(self) -> None:
         """Interrupt a ``poll`` blocked in another thread. Thread-safe."""
