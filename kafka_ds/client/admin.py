@@ -107,8 +107,9 @@ class Admin:
         self.close()
 
     def _any_node(self, api_key: int) -> tuple[int, int]:
-        connection = self.cluster.client.any_connection()
-        return connection.node_id, connection.version_for(api_key)
+        # A connection cut during its handshake is retried on a fresh one (a lookup).
+        return self.cluster.with_any_broker(
+            lambda connection: (connection.node_id, connection.version_for(api_key)))
 
     # --- topics ---------------------------------------------------------------------------
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import TypeVar
 
 from kafka_ds.client.config import ClientConfig
 from kafka_ds.client.topic_errors import TopicAuthorizationError, UnknownTopicError
+from kafka_ds.net.broker_conn import BrokerConnection, HandshakeCutError
 from kafka_ds.net.pool import NetworkClient
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.errors import (
@@ -46,6 +48,7 @@ from kafka_ds.protocol.messages.metadata import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = ["BrokerInfo", "Cluster", "CoordinatorType", "PartitionInfo", "TopicAuthorizationError",
            "TopicInfo", "UnknownTopicError"]
@@ -144,30 +147,43 @@ class Cluster:
     def refresh(self, topics: Iterable[str] | None = None, timeout_ms: int | None = None) -> None:
         """Fetch metadata for ``topics`` (plus those already cached); None means all topics."""
         wanted = None if topics is None else sorted(set(topics) | set(self.topics))
+        response = self.with_any_broker(
+            lambda connection: self._metadata(connection.node_id,
+                                              connection.version_for(ApiKey.METADATA), wanted,
+                                              timeout_ms), timeout_ms)
+        self._apply(response, replace_all=wanted is None)
+
+    def with_any_broker(self, call: Callable[[BrokerConnection], T],
+                        timeout_ms: int | None = None) -> T:
+        """``call(connection)`` on some live connection, for a lookup any broker can answer.
+
+        A connection that breaks under the request, or during its own ApiVersions/SASL
+        handshake (a broker restarting, a link cut), is worth another try on a fresh one,
+        within ``timeout_ms``, as the Java client retries metadata. A broker that cannot be
+        reached at all (refused, unresolvable, timed out) fails at once; so does a failed
+        authentication. Fresh connections closed at their first request twice running are a
+        listener refusing us (security.protocol or SASL not what it expects): that error,
+        which says so, is raised then rather than retried until the timeout.
+        """
         timeout = self.client.config.request_timeout_ms if timeout_ms is None else timeout_ms
         deadline_ms = self.client.clock.monotonic_ms() + timeout
         refused_in_a_row = 0
         while True:
-            connection = self.client.any_connection()
+            connection: BrokerConnection | None = None
             try:
-                response = self._metadata(connection.node_id,
-                                          connection.version_for(ApiKey.METADATA), wanted,
-                                          timeout_ms)
-                break
-            except NetworkError:
-                # A connection that breaks under the request (a broker restarting, a link
-                # cut) is worth another try on a fresh one, within the timeout, as the Java
-                # client retries metadata; a broker that cannot be reached at all fails in
-                # any_connection() above instead. But fresh connections closed at their first
-                # request twice running are a listener refusing us (security.protocol or
-                # SASL not what it expects): that error, which says so, is raised at once.
-                refused_in_a_row = refused_in_a_row + 1 if connection.responses_received == 0 \
-                    else 0
+                connection = self.client.any_connection()
+                return call(connection)
+            except NetworkError as exc:
+                if connection is None and not isinstance(exc, HandshakeCutError):
+                    raise
+                refused = connection is None or connection.responses_received == 0
+                refused_in_a_row = refused_in_a_row + 1 if refused else 0
                 if refused_in_a_row >= 2 or \
                         self.client.clock.monotonic_ms() + self.retry_backoff_ms >= deadline_ms:
                     raise
-                self.client.clock.sleep_ms(self.retry_backoff_ms)
-        self._apply(response, replace_all=wanted is None)
+                log.info("lookup failed, retrying on a fresh connection: %s", exc)
+                # Back off, polling: other requests on this client keep moving meanwhile.
+                self.client.poll_until(lambda: False, self.retry_backoff_ms)
 
     def _metadata(self, node_id: int, version: int, wanted: list[str] | None,
                   timeout_ms: int | None) -> MetadataResponse:
@@ -324,14 +340,16 @@ class Cluster:
 
     def _find_coordinator(self, key_type: CoordinatorType, key: str,
                           timeout_ms: int) -> BrokerError | None:
-        connection = self.client.any_connection()
-        version = connection.version_for(ApiKey.FIND_COORDINATOR)
-        if version >= 4:
-            request = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
-        else:
-            request = FindCoordinatorRequest(key=key, key_type=key_type)
-        response: FindCoordinatorResponse = self.client.request(
-            connection.node_id, request, timeout_ms=timeout_ms, version=version)
+        def ask(connection: BrokerConnection) -> tuple[int, FindCoordinatorResponse]:
+            version = connection.version_for(ApiKey.FIND_COORDINATOR)
+            if version >= 4:
+                request = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
+            else:
+                request = FindCoordinatorRequest(key=key, key_type=key_type)
+            return version, self.client.request(connection.node_id, request,
+                                                timeout_ms=timeout_ms, version=version)
+
+        version, response = self.with_any_broker(ask, timeout_ms)
         if version >= 4:
             entry = response.coordinators[0]
             code, message, node = entry.error_code, entry.error_message, (

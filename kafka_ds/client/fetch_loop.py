@@ -259,7 +259,14 @@ class FetchLoop:
                 self._send_close(node)
 
     def _send(self, node: BrokerFetch, partitions: dict[TopicPartition, PartitionFetch]) -> None:
+        # Never wait for a connect here: a broker that is down or stalled must not hold up
+        # the fetches to the others. ``_collect`` polls the connect along with them.
         try:
+            failure = self.client.connect_failure(node.node_id)
+            if failure is not None:
+                raise failure
+            if not self.client.ready(node.node_id):
+                return
             version = self.client.connection(node.node_id).version_for(ApiKey.FETCH)
         except KafkaDsError as exc:
             if not isinstance(exc, NetworkError | KafkaTimeoutError):
@@ -362,10 +369,13 @@ class FetchLoop:
         if decoding is not None:
             # A decode thread finishing must interrupt a select() waiting for the network.
             decoding.add_done_callback(lambda _: self.client.wakeup())
-        if futures:
+        connects = self.client.connect_events
+        if futures or self.client.connecting_count():
+            # A connect that ends (either way) is news too: a fetch can go out, or fail over.
             self.client.poll_until(
                 lambda: any(f.done() for f in futures) or (
-                    decoding is not None and decoding.done()), _POLL_SLICE_MS)
+                    decoding is not None and decoding.done())
+                or self.client.connect_events != connects, _POLL_SLICE_MS)
         else:
             now_ms = self.clock.monotonic_ms()
             waits = [p.retry_at_ms - now_ms for p in self._parts.values() if not p.done]

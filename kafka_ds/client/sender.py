@@ -11,7 +11,9 @@ thread-safe; user threads only append under the shared lock and call ``wakeup``)
     loop:
         run queued tasks (metadata for send(), transaction requests) -- blocking, here
         refresh metadata when stale; get or bump the producer id
-        [lock] expire batches past delivery.timeout.ms; find ready brokers; drain
+        [lock] expire batches past delivery.timeout.ms; find brokers with batches ready
+        keep those whose connection is ready (never waits: a connect is started and polled,
+          so a dead or stalled broker holds up only its own batches); [lock] drain
         stamp sequences; encode + compress each batch (outside the lock)
         one Produce per broker, at most max.in.flight.requests.per.connection in flight
         poll: responses complete batches, or re-enqueue / split / fail them
@@ -206,10 +208,13 @@ class Sender:
         self.polling = True
         with self.lock:
             nodes, next_ms, unknown = self.accumulator.ready(now_ms, self.leader_of)
-            if unknown:
-                self._metadata_stale = True
+        if unknown:
+            self._metadata_stale = True
+        # Outside the lock: starting a connect resolves the broker's name.
+        connected = [node for node in nodes if self._connected(node)]
+        with self.lock:
             limit = self.config.max_in_flight
-            sendable = [node for node in nodes if self._in_flight.get(node, 0) < limit]
+            sendable = [node for node in connected if self._in_flight.get(node, 0) < limit]
             drained = self.accumulator.drain(sendable, self.leader_of,
                                              self.config.max_request_size_bytes, now_ms,
                                              self._can_send)
@@ -232,6 +237,19 @@ class Sender:
             self.client.poll(timeout_ms)
         finally:
             self.polling = False
+
+    def _connected(self, node: int) -> bool:
+        """Is ``node``'s connection ready for Produce? Never waits: a node still connecting
+        (or dead, or stalled) keeps its batches queued while the others are served, as the
+        Java producer's ``NetworkClient.ready`` does; they expire at delivery.timeout.ms."""
+        error = self.client.connect_failure(node)
+        if isinstance(error, AuthenticationError):
+            self._fatal(error)
+            return False
+        if error is not None:
+            log.info("cannot connect to broker %s (will retry): %s", node, error)
+            self._metadata_stale = True  # the partitions may have moved elsewhere
+        return self.client.ready(node)
 
     def _run_tasks(self) -> None:
         while self._tasks:
@@ -593,10 +611,13 @@ class Sender:
         for batch in expired:
             if self.state is not None:
                 self.state.on_expired(batch)
+            leader = self.leader_of(batch.topic, batch.partition)
+            connect_error = self.client.connection_error(leader) if leader >= 0 else None
+            why = f" (connecting to its leader failed: {connect_error})" if connect_error else ""
             error = KafkaTimeoutError(
                 f"{batch.record_count} records for {batch.topic}-{batch.partition} expired "
                 f"after {self.config.delivery_timeout_ms} ms (delivery.timeout.ms) "
-                f"{'waiting to be sent' if batch.attempts == 0 else 'of retries'}; check "
+                f"{'waiting to be sent' if batch.attempts == 0 else 'of retries'}{why}; check "
                 "that the brokers are reachable and the partition has a leader")
             self._complete(batch, -1, -1, error)
 

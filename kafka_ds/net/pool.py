@@ -100,7 +100,8 @@ class NetworkClient:
         self._nodes: dict[int, tuple[str, int]] = {}
         self._connections: dict[int, BrokerConnection] = {}  # open or connecting
         self._connecting: set[int] = set()  # nodes whose connect has not ended yet
-        self._connect_errors: dict[int, KafkaDsError] = {}
+        self._connect_errors: dict[int, KafkaDsError] = {}  # the last failure, until a success
+        self._unreported_failures: dict[int, KafkaDsError] = {}  # see connect_failure()
         # Connects that ended (either way), for a loop waiting on ``poll_until`` to notice.
         self.connect_events = 0
         self._backoff = _Backoff(config.reconnect_backoff_ms, config.reconnect_backoff_max_ms)
@@ -135,8 +136,8 @@ class NetworkClient:
         """Is the connection to ``node_id`` usable now? Never blocks.
 
         With no connection, starts one (unless the node's reconnect backoff has not passed)
-        and returns False; ``poll`` drives it. ``connection_error(node_id)`` then says why
-        the last connect failed, if it did.
+        and returns False; ``poll`` drives it. ``connect_failure(node_id)`` reports each
+        connect that failed, once.
         """
         connection = self._live(node_id)
         if connection is not None:
@@ -147,8 +148,18 @@ class NetworkClient:
             self._start(node_id)
         return False
 
+    def connecting_count(self) -> int:
+        """How many connects are under way (``poll`` drives them)."""
+        return len(self._connecting)
+
+    def connect_failure(self, node_id: int) -> KafkaDsError | None:
+        """The error of a connect to ``node_id`` that failed since this was last asked: each
+        failure is reported once, to the loop that decides what it means (an
+        ``AuthenticationError`` is fatal; anything else, retry after the backoff)."""
+        return self._unreported_failures.pop(node_id, None)
+
     def connection_error(self, node_id: int) -> KafkaDsError | None:
-        """Why the last connect to ``node_id`` failed; None once a new one starts or works."""
+        """Why the last connect to ``node_id`` failed; None once one succeeds."""
         return self._connect_errors.get(node_id)
 
     def connection(self, node_id: int) -> BrokerConnection:
@@ -194,7 +205,6 @@ class NetworkClient:
         address = self._nodes.get(node_id) or self._bootstrap_ids.get(node_id)
         if address is None:
             raise NetworkError(f"no address known for broker {node_id}; refresh metadata")
-        self._connect_errors.pop(node_id, None)
         connection = BrokerConnection(node_id, address[0], address[1], self.config, self.clock,
                                       self.metrics)
         connection.start_connect()
@@ -208,15 +218,13 @@ class NetworkClient:
 
     def _reap(self, node_id: int, connection: BrokerConnection) -> None:
         """Drop a connection that closed; if it closed while connecting, the connect failed:
-        remember why, and back the node off (not for an ``AuthenticationError``, which is
-        configuration, not availability: the caller fails at once rather than retry)."""
+        remember why, and back the node off."""
         error = connection.closed_error or NetworkError(f"connection to broker {node_id} closed")
         if node_id in self._connecting:
             self._connecting.discard(node_id)
-            self._connect_errors[node_id] = error
+            self._connect_errors[node_id] = self._unreported_failures[node_id] = error
             self.connect_events += 1
-            if not isinstance(error, AuthenticationError):
-                self._backoff.failed(node_id, self.clock.monotonic_ms())
+            self._backoff.failed(node_id, self.clock.monotonic_ms())
         self._drop(node_id, error)
 
     def any_connection(self) -> BrokerConnection:
@@ -357,6 +365,8 @@ class NetworkClient:
             if connection.connected and node_id in self._connecting:
                 self._connecting.discard(node_id)
                 self._backoff.succeeded(node_id)
+                self._connect_errors.pop(node_id, None)
+                self._unreported_failures.pop(node_id, None)
                 self.connect_events += 1
             if connection.connected or connection.connecting:
                 self._watch(node_id, connection)

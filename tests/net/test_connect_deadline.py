@@ -8,6 +8,7 @@ with the wrong error long after the timeout, so the tests fail rather than hang.
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
 import threading
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from kafka_ds.net.broker_conn import BrokerConnection
+from kafka_ds.net.pool import NetworkClient
 from kafka_ds.net.security import ConnectionConfig, SaslConfig, SecurityProtocol
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.errors import KafkaTimeoutError
@@ -120,3 +122,104 @@ def test_a_peer_trickling_bytes_cannot_stretch_the_connect_timeout(
     # One timeout, not one per read: far below the trickle's own duration.
     assert elapsed_s < TRICKLE_S / 3, elapsed_s
     assert not connection.connected
+
+
+class _Stall:
+    """A peer that stalls a connect in one phase: ``tcp`` never accepts (its one-slot
+    backlog is taken by a filler connection, so the kernel drops our SYNs), the others
+    accept and then answer ``answer_first`` requests before going silent. Records what it
+    received, so each test can show its stall was where it meant it to be."""
+
+    def __init__(self, phase: str, answer_first: int = 0) -> None:
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(0)
+        self.port = self.server.getsockname()[1]
+        self.filler: socket.socket | None = None
+        self.first_bytes = b""
+        self.stalled_api_key = -1
+        self.accepted = 0
+        if phase == "tcp":
+            self.filler = socket.create_connection(("127.0.0.1", self.port))
+            return
+        self.answer_first = answer_first
+        threading.Thread(target=self._serve, args=(phase,), daemon=True).start()
+
+    def _serve(self, phase: str) -> None:
+        try:
+            conn, _ = self.server.accept()
+        except OSError:
+            return
+        self.accepted += 1
+        with conn:
+            try:
+                if phase == "tls":
+                    self.first_bytes = conn.recv(5)  # a TLS record header: 0x16 = handshake
+                else:
+                    for _ in range(self.answer_first):
+                        _, version, correlation_id = _read_request(conn)
+                        conn.sendall(_api_versions_answer(version, correlation_id))
+                    self.stalled_api_key = _read_request(conn)[0]
+                while conn.recv(4096):  # read (never answer) until the client gives up
+                    pass
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.server.close()
+        if self.filler is not None:
+            self.filler.close()
+
+
+_SASL = ConnectionConfig(connect_timeout_ms=TIMEOUT_MS,
+                         security_protocol=SecurityProtocol.SASL_PLAINTEXT,
+                         sasl=SaslConfig("PLAIN", "alice", "pw"))
+
+
+@pytest.mark.parametrize(("phase", "config", "answer_first", "message"), [
+    ("tcp", ConnectionConfig(connect_timeout_ms=TIMEOUT_MS), 0,
+     r"connecting to 127\.0\.0\.1:\d+ timed out after 1000 ms "
+     r"\(socket\.connection\.setup\.timeout\.ms\)"),
+    ("tls", ConnectionConfig(connect_timeout_ms=TIMEOUT_MS,
+                             security_protocol=SecurityProtocol.SSL), 0,
+     r"TLS handshake with 127\.0\.0\.1:\d+ timed out after 1000 ms: is this listener "
+     r"plaintext\? Check security\.protocol"),
+    ("api-versions", ConnectionConfig(connect_timeout_ms=TIMEOUT_MS), 0,
+     r"broker 127\.0\.0\.1:\d+ did not finish connecting within 1000 ms "
+     r"\(socket\.connection\.setup\.timeout\.ms\)"),
+    ("sasl", _SASL, 1, r"did not finish connecting within 1000 ms"),
+])
+def test_a_stalled_connect_times_out_in_the_background_with_the_same_error(
+        phase: str, config: ConnectionConfig, answer_first: int, message: str) -> None:
+    """Through ``NetworkClient.ready`` and ``poll``: the connect starts without waiting, the
+    selector loop drives it, and the one deadline ends it with the error of its phase; the
+    blocking ``connection()`` then raises the same error for the next attempt."""
+    peer = _Stall(phase, answer_first)
+    try:
+        with NetworkClient(f"127.0.0.1:{peer.port}", config) as client:
+            assert client.ready(-1) is False  # returned without waiting for the peer
+            assert client.connecting_count() == 1 and client.connect_failure(-1) is None
+            client.poll_until(lambda: client.connecting_count() == 0, TIMEOUT_MS * 20)
+            failure = client.connect_failure(-1)
+            assert isinstance(failure, KafkaTimeoutError), failure
+            assert re.search(message, str(failure)), failure
+            assert client.connect_failure(-1) is None  # each failure is reported once
+            assert not client.is_connected(-1)
+        # The stall was in the phase this case is about: the fault fired.
+        if phase == "tcp":
+            assert peer.accepted == 0
+        elif phase == "tls":
+            assert peer.first_bytes[:1] == b"\x16"
+        else:
+            assert peer.stalled_api_key == (
+                ApiKey.API_VERSIONS if phase == "api-versions" else ApiKey.SASL_HANDSHAKE)
+    finally:
+        peer.close()
+    # The blocking path: the same error, from a fresh peer stalled the same way.
+    peer = _Stall(phase, answer_first)
+    try:
+        with NetworkClient(f"127.0.0.1:{peer.port}", config) as client, \
+                pytest.raises(KafkaTimeoutError, match=message):
+            client.connection(-1)
+    finally:
+        peer.close()
