@@ -12,6 +12,7 @@ each one stopped the producer's sender thread, or the fetch loop, for the whole 
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,12 +20,17 @@ from typing import Any
 
 import pytest
 
+from integration.harness.cluster import KafkaCluster
 from integration.harness.proxy import ProxiedKafkaCluster
 from kafka_ds.client.cluster import Cluster, CoordinatorType
 from kafka_ds.client.config import ClientConfig
 from kafka_ds.client.fetcher import Fetcher
 from kafka_ds.client.producer import Producer
-from kafka_ds.protocol.errors import NetworkError
+from kafka_ds.net.future import RequestFuture
+from kafka_ds.net.pool import NetworkClient
+from kafka_ds.net.security import ConnectionConfig
+from kafka_ds.protocol.errors import KafkaTimeoutError, NetworkError
+from kafka_ds.protocol.messages.metadata import MetadataRequest
 
 API_VERSIONS = 18
 CONNECT_TIMEOUT_MS = 30_000
@@ -139,6 +145,30 @@ def test_a_stalled_broker_does_not_hold_up_fetches_from_a_healthy_one(
         batches.close()  # type: ignore[attr-defined]
 
 
+def test_a_blocking_connect_keeps_polling_the_other_connections(kafka: KafkaCluster) -> None:
+    """``connection()`` for lookups still waits for its connect, but polls meanwhile: a
+    response from a healthy broker completes while the wait for a silent one goes on."""
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (in the kernel), never answers
+    try:
+        bootstrap = f"127.0.0.1:{silent.getsockname()[1]},{kafka.bootstrap()}"
+        events: list[str] = []
+        with NetworkClient(bootstrap, ConnectionConfig(connect_timeout_ms=5_000)) as client:
+            healthy, stalled = -2, -1  # bootstrap ids, in the order given
+            client.connection(healthy)
+            future = client.send(healthy, MetadataRequest(topics=[]))
+
+            def answered(done: RequestFuture[Any]) -> None:
+                events.append("healthy answered" if done.succeeded() else "healthy failed")
+
+            future.add_callback(answered)
+            with pytest.raises(KafkaTimeoutError, match="did not finish connecting within"):
+                client.connection(stalled)
+            events.append("stalled connect timed out")
+        assert events == ["healthy answered", "stalled connect timed out"]
+    finally:
+        silent.close()
+
+
 @pytest.fixture
 def one_proxied(proxied_kafka: ProxiedKafkaCluster) -> Iterator[ProxiedKafkaCluster]:
     yield proxied_kafka
@@ -184,6 +214,6 @@ def test_connections_cut_at_api_versions_twice_running_still_fail_fast(
     before = proxy.snapshot()
     proxy.cut_after_responses(2, api_keys={API_VERSIONS})
     with _proxy_cluster(one_proxied) as cluster, \
-            pytest.raises(NetworkError, match="during API_VERSIONS.*security.protocol"):
+            pytest.raises(NetworkError, match=r"during API_VERSIONS.*security\.protocol"):
         cluster.refresh(timeout_ms=60_000)
     assert proxy.since(before)["cut_responses"] == 2

@@ -2,18 +2,21 @@
 
 Layer: net (sockets; framing and schemas come from ``protocol``).
 
-Two phases:
+Two phases, both driven by a selector loop (``NetworkClient.poll``, or ``connect()``'s own
+for a caller without one), so a connect never blocks anything but itself:
 
-1. ``connect()`` is blocking and sequential, and all of it (TCP, TLS, ApiVersions, SASL)
-   fits in one ``connect_timeout_ms``: a peer that trickles a byte now and then cannot keep it
-   waiting, because the deadline does not restart with each read. It opens the TCP or TLS
-   socket, exchanges ApiVersions (learning the broker's version ranges and finalized
-   features), then authenticates with SASL if configured. Errors here name the broker and the
-   setting to fix.
-2. After that the socket is non-blocking. ``send()`` queues a framed request and writes what
-   the socket takes; ``on_readable()`` / ``on_writable()`` are called by the ``NetworkClient``'s
-   selector loop and complete each request's future as its response arrives. Many requests
-   may be in flight (pipelining); responses come back in order.
+1. ``start_connect()`` opens a non-blocking socket (``transport.SocketSetup``: TCP, then
+   TLS), then exchanges ApiVersions (learning the broker's version ranges and finalized
+   features) and authenticates with SASL if configured, both as ordinary pipelined requests
+   (below). All of it fits in one ``connect_timeout_ms``: a peer that trickles a byte now and
+   then cannot stretch it, because the deadline does not restart with each read; when it
+   passes, the error names the phase (TCP, TLS, or the exchange). Errors name the broker and
+   the setting to fix; a connection lost during the exchange is a ``HandshakeCutError``
+   (lookups retry it). Requests sent meanwhile wait and go out once it is ``connected``.
+2. Then ``send()`` queues a framed request and writes what the socket takes;
+   ``on_readable()`` / ``on_writable()`` are called by the selector loop and complete each
+   request's future as its response arrives. Many requests may be in flight (pipelining);
+   responses come back in order.
 
 A request that passes its deadline closes the connection: responses are strictly ordered, so
 a late one cannot be skipped, and the Java client does the same. Every future still pending
@@ -24,10 +27,11 @@ Re-authentication (KIP-368). When SaslAuthenticate grants a session lifetime (th
 connection once the session ends unless the client authenticates again on it. At a random
 point between 85 % and 95 % of the lifetime, as the Java client does, ``maybe_reauthenticate``
 (called from the selector loop and before each send) runs the same SASL exchange again on the
-open connection, with fresh credentials (a re-read token file, a newly minted token). Requests
-already in flight are left alone: the broker answers in order, so their responses arrive
-before the SaslHandshake's. Requests sent meanwhile are held back, because the broker accepts
-nothing but SASL until the exchange ends, and go out as soon as it does. Nothing in flight is
+open connection, with fresh credentials (a re-read token file, a newly minted token): the
+same SASL state machine and pipelined path as at connect. Requests already in flight are
+left alone: the broker answers in order, so their responses arrive before the
+SaslHandshake's. Requests sent meanwhile are held back, because the broker accepts nothing
+but SASL until the exchange ends, and go out as soon as it does. Nothing in flight is
 dropped; a failed re-authentication closes the connection with an ``AuthenticationError``.
 """
 
@@ -493,11 +497,13 @@ class BrokerConnection:
                 if done_future is not None:
                     done_future.succeed(None)
         except OSError as exc:
-            if self._negotiating:
+            if isinstance(exc, ssl.SSLError) and refuses_client_certificate(exc):
+                self.close(client_certificate_refused(self.address, exc))
+            elif self._negotiating:
                 self.close(self._setup_cut(
                     f"connection to {self.address} failed while connecting: {exc}", exc))
-                return
-            self.close(NetworkError(f"sending to broker {self.address} failed: {exc}"))
+            else:
+                self.close(NetworkError(f"sending to broker {self.address} failed: {exc}"))
 
     def on_readable(self) -> None:
         """Read everything the socket has; complete futures for whole responses."""

@@ -4,17 +4,27 @@ Layer: net.
 
 ``NetworkClient`` owns one ``BrokerConnection`` per broker node, opened on first use, and a
 selector over all of them. ``send(node_id, request)`` returns a future; ``poll(timeout_ms)``
-moves bytes in both directions and completes futures. Whoever calls ``poll`` drives the I/O:
-the producer's sender thread, or the fetcher and admin calls in the caller's thread. One
-thread at a time may use a client; only ``wakeup()`` may be called from any thread (it
-interrupts a ``poll`` blocked in ``select``).
+moves bytes in both directions, completes futures, and drives connects under way. Whoever
+calls ``poll`` drives the I/O: the producer's sender thread, or the fetcher and admin calls in
+the caller's thread. One thread at a time may use a client; only ``wakeup()`` may be called
+from any thread (it interrupts a ``poll`` blocked in ``select``).
+
+Connecting never stops the loop. ``ready(node_id)`` answers at once whether a connection is
+usable, starting one if there is none (as the Java client's ``NetworkClient.ready``): the
+producer and the fetch loop send only to ready nodes, so a broker that is down, stalled or
+black-holed holds up its own requests only, for at most ``socket.connection.setup.timeout.ms``,
+and ``connect_failure(node_id)`` tells them, once, that a connect failed and why.
+``connection(node_id)`` (and ``send`` to a node not connected) still waits for the connect,
+for lookups that need an answer, but waits by polling, so every other connection's traffic
+keeps moving meanwhile.
 
 Bootstrap connections (before we know node ids) use negative ids, one per bootstrap address,
 tried in rotation: when one fails the next is tried, and the error lists every address that
 failed and why. A node that failed to connect is not retried before its backoff expires
 (``reconnect.backoff.ms``, doubling up to ``reconnect.backoff.max.ms``), so a dead broker is
 not hammered by every retry of every request. An ``AuthenticationError`` (bad credentials, an
-untrusted certificate on either side) is raised at once and never backed off and retried.
+untrusted certificate on either side) is passed on like any failure, and its callers fail
+at once rather than retry: configuration, not availability.
 
 SASL sessions with a lifetime are re-authenticated on their connection by the connection
 itself (see ``broker_conn``), driven by ``poll`` and ``send``; a connection whose session ran
