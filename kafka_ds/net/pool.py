@@ -23,8 +23,9 @@ tried in rotation: when one fails the next is tried, and the error lists every a
 failed and why. A node that failed to connect is not retried before its backoff expires
 (``reconnect.backoff.ms``, doubling up to ``reconnect.backoff.max.ms``), so a dead broker is
 not hammered by every retry of every request. An ``AuthenticationError`` (bad credentials, an
-untrusted certificate on either side) is passed on like any failure, and its callers fail
-at once rather than retry: configuration, not availability.
+untrusted certificate on either side) is never backed off: its callers fail at once rather
+than retry (configuration, not availability), so the loops check ``connect_failure`` before
+``ready``, which would start the next attempt.
 
 SASL sessions with a lifetime are re-authenticated on their connection by the connection
 itself (see ``broker_conn``), driven by ``poll`` and ``send``; a connection whose session ran
@@ -154,7 +155,7 @@ class NetworkClient:
             return connection.connected
         if self._backoff.retry_at_ms(node_id) > self.clock.monotonic_ms():
             return False
-        with contextlib.suppress(KafkaDsError):  # kept in connection_error()
+        with contextlib.suppress(KafkaDsError):  # reported by connect_failure()
             self._start(node_id)
         return False
 
@@ -180,15 +181,21 @@ class NetworkClient:
         keep moving and their callbacks run meanwhile.
         """
         connection = self._live(node_id)
-        if connection is None:
-            while (wait_ms := self._backoff.retry_at_ms(node_id) - self.clock.monotonic_ms()) > 0:
-                self.poll(wait_ms)
-            connection = self._start(node_id)
-        while connection.connecting:
-            self.poll(max(0, connection.connect_deadline_ms - self.clock.monotonic_ms()))
-        if connection.connected:
-            return connection
-        raise connection.closed_error or NetworkError(f"connection to broker {node_id} closed")
+        try:
+            if connection is None:
+                while (wait_ms := self._backoff.retry_at_ms(node_id)
+                       - self.clock.monotonic_ms()) > 0:
+                    self.poll(wait_ms)
+                connection = self._start(node_id)
+            while connection.connecting:
+                self.poll(max(0, connection.connect_deadline_ms - self.clock.monotonic_ms()))
+            if connection.connected:
+                return connection
+            raise connection.closed_error or NetworkError(
+                f"connection to broker {node_id} closed")
+        except KafkaDsError:
+            self._unreported_failures.pop(node_id, None)  # reported: raised to this caller
+            raise
 
     def _live(self, node_id: int) -> BrokerConnection | None:
         """The connection to ``node_id`` if it is usable or still connecting; a dead one is
@@ -228,13 +235,16 @@ class NetworkClient:
 
     def _reap(self, node_id: int, connection: BrokerConnection) -> None:
         """Drop a connection that closed; if it closed while connecting, the connect failed:
-        remember why, and back the node off."""
+        remember why, and back the node off (not for an ``AuthenticationError``: callers fail
+        at once on it, and one that asks again gets the same answer at once, not after a
+        backoff)."""
         error = connection.closed_error or NetworkError(f"connection to broker {node_id} closed")
         if node_id in self._connecting:
             self._connecting.discard(node_id)
             self._connect_errors[node_id] = self._unreported_failures[node_id] = error
             self.connect_events += 1
-            self._backoff.failed(node_id, self.clock.monotonic_ms())
+            if not isinstance(error, AuthenticationError):
+                self._backoff.failed(node_id, self.clock.monotonic_ms())
         self._drop(node_id, error)
 
     def any_connection(self) -> BrokerConnection:
