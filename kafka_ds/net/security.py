@@ -19,7 +19,6 @@ import threading
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from kafka_ds.net import keystores
 from kafka_ds.net.kerberos import KerberosConfig
 from kafka_ds.net.oauth import StaticToken, TokenSource
 from kafka_ds.protocol.errors import ConfigError
@@ -104,6 +103,11 @@ class TlsConfig:
         return context
 
     def _new_context(self) -> ssl.SSLContext:
+        # Imported here, not at the top: keystores pulls in ``cryptography`` (70-200 ms), which
+        # plaintext connections never need, and every streaming query starts a fresh Python
+        # process on the driver that imports this module.
+        from kafka_ds.net import keystores
+
         self.validate()
         # An empty client context, not ssl.create_default_context(): that one loads the ~145
         # system roots first, and a configured CA would only be added to them. Like the Java
