@@ -1,19 +1,21 @@
 """Our producer and fetcher over SASL SCRAM on TLS (the harness's SASL_SSL listener), the
 combination a secured production cluster uses (examples/secured_quickstart.py).
 
-The oracle is confluent-kafka (librdkafka), reading over the same SASL_SSL listener with its
+The oracles are confluent-kafka (librdkafka), reading over the same SASL_SSL listener with its
 own TLS and SCRAM code: what our producer wrote there, it must read back record for record,
-and our fetcher must give the same rows. A refused password and a missing truststore on that
-listener show that both layers are really on.
+and our fetcher must give the same rows; kafka-python writing there; and Spark's JVM connector
+reading with the same Java option map as format("pykafka"). A refused password and a missing
+truststore on that listener show that both layers are really on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from integration.fetch_helpers import arrow_rows, by_partition, confluent_rows
+from integration.fetch_helpers import arrow_rows, by_partition, confluent_rows, produce_values
 from integration.harness.cluster import KafkaCluster
 from integration.props import kafka_ds_properties
 from kafka_ds.client.cluster import Cluster
@@ -100,3 +102,41 @@ def test_sasl_ssl_checks_both_the_password_and_the_certificate(kafka: KafkaClust
     with Cluster.connect(ClientConfig.from_properties(untrusted)) as cluster, \
             pytest.raises(AuthenticationError, match="truststore"):
         cluster.topic(topic, timeout_ms=30_000)
+
+
+def test_kafka_python_writes_over_sasl_ssl_and_our_fetcher_reads_it(
+        kafka: KafkaCluster, topic: str) -> None:
+    """The other direction, with the harness's kafka-python settings for the listener."""
+    from kafka import KafkaProducer
+
+    sent = [(b"k%d" % i, b"from-kafka-python-%d" % i) for i in range(20)]
+    producer = KafkaProducer(**kafka.kafka_python_config("SASL_SSL", mechanism="SCRAM-SHA-512"),
+                             acks="all")
+    try:
+        for key, value in sent:
+            producer.send(topic, key=key, value=value, partition=0)
+        producer.flush(60)
+    finally:
+        producer.close()
+    props = kafka_ds_properties(kafka, "SASL_SSL", mechanism="SCRAM-SHA-512")
+    with Fetcher.from_properties(props) as fetcher:
+        rows = arrow_rows(list(fetcher.read_arrow([(topic, 0, 0, len(sent))])))
+    assert [(row["key"], row["value"]) for row in rows] == sent
+
+
+@pytest.mark.spark
+def test_one_java_option_map_reads_over_sasl_ssl_through_both_connectors(
+        spark: Any, kafka: KafkaCluster, topic: str) -> None:
+    """The harness's Java settings for SASL_SSL (SCRAM-SHA-512 in sasl.jaas.config, the CA as
+    a PEM truststore), unchanged, for Spark's JVM connector and for ours."""
+    from integration.spark_source_util import assert_same, read_batch
+
+    produce_values(kafka, topic, 40)
+    options = {"subscribe": topic, **{f"kafka.{key}": value for key, value in
+                                      kafka.java_config("SASL_SSL",
+                                                        mechanism="SCRAM-SHA-512").items()}}
+    assert options["kafka.security.protocol"] == "SASL_SSL"
+    ours = read_batch(spark, "pykafka", options)
+    jvm = read_batch(spark, "kafka", options)
+    assert ours.count() == 40
+    assert_same(ours, jvm)
