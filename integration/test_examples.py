@@ -174,8 +174,9 @@ def test_exactly_once_pipeline_on_a_standalone_cluster_with_standalone_conf(
     written = read_committed(kafka.bootstrap(), sink, expect=40)
     assert {(r.key, r.value) for r in written} == _paid_orders(60)
     assert len(written) == 40
-    # spark.executor.cores 1 and spark.executor.memory 1g: two 1-core, 1 GiB executors.
-    assert len(launches) == 2, launches
+    # spark.executor.cores 1 and spark.executor.memory 1g: 1-core, 1 GiB executors, two at
+    # once on the 2-core worker (without the conf: one executor taking both cores).
+    assert len(launches) >= 2, launches
     for launch in launches:
         assert "-Xmx1024M" in launch and re.search(r"--cores\W+1\b", launch), launch[:3000]
 
