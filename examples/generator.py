@@ -5,7 +5,8 @@ user. ``make example`` runs it in a thread beside the quick start; on its own::
 
     python examples/generator.py --bootstrap localhost:9092 --topic clicks --seconds 30
 
-It writes ``--rate`` events a second until ``--seconds`` have passed (or ``--events`` were
+It creates the topic (``--partitions``, 3 by default) if the cluster does not have it yet,
+writes ``--rate`` events a second until ``--seconds`` have passed (or ``--events`` were
 written), then stops by itself.
 """
 
@@ -18,6 +19,7 @@ import threading
 import time
 from datetime import UTC, datetime
 
+from kafka_ds.client.admin import Admin
 from kafka_ds.client.producer import Producer
 
 PAGES = ("/home", "/search", "/product", "/cart", "/checkout")
@@ -57,7 +59,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="events per second")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--events", type=int, default=None)
+    parser.add_argument("--partitions", type=int, default=3,
+                        help="partitions of the topic, if it has to be created")
     args = parser.parse_args()
+    # Brokers often refuse to create topics on first use (auto.create.topics.enable=false).
+    with Admin.from_properties({"bootstrap.servers": args.bootstrap}) as admin:
+        admin.create_topic(args.topic, partitions=args.partitions, exist_ok=True)
     written = generate(args.bootstrap, args.topic, rate_per_s=args.rate, seconds=args.seconds,
                        events=args.events)
     print(f"generator: wrote {written} events to {args.topic}")

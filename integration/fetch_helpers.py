@@ -40,12 +40,13 @@ def produce_values(cluster: KafkaCluster, topic: str, count: int, partition: int
 
 
 def confluent_rows(cluster: KafkaCluster, topic: str, partition: int, start: int, end: int,
-                   isolation: str = "read_uncommitted", timeout_s: float = 60.0
-                   ) -> list[dict[str, Any]]:
-    """Rows in ``[start, end)`` as librdkafka reads them, shaped like our Arrow rows."""
+                   isolation: str = "read_uncommitted", timeout_s: float = 60.0,
+                   **config: Any) -> list[dict[str, Any]]:
+    """Rows in ``[start, end)`` as librdkafka reads them, shaped like our Arrow rows
+    (``config``: librdkafka settings, e.g. ``cluster.librdkafka_config(listener)``)."""
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": uuid.uuid4().hex,
                          "enable.auto.commit": False, "isolation.level": isolation,
-                         "enable.partition.eof": True})
+                         "enable.partition.eof": True, **config})
     consumer.assign([CTopicPartition(topic, partition, start)])
     rows: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s

@@ -69,16 +69,17 @@ def _assert_roundtrip(sent: list[Record], got: list[Any]) -> None:
 
 LISTENER_CASES = [("PLAINTEXT", None), ("SASL_PLAIN", None), ("SASL_SCRAM", "SCRAM-SHA-256"),
                   ("SASL_SCRAM", "SCRAM-SHA-512"), ("SASL_OAUTH", None), ("SSL", None),
-                  ("MTLS", None)]
+                  ("MTLS", None), ("SASL_SSL", "SCRAM-SHA-256"), ("SASL_SSL", "SCRAM-SHA-512")]
 
 
 @pytest.mark.parametrize(("listener", "mechanism"), LISTENER_CASES,
-                         ids=[m or lst for lst, m in LISTENER_CASES])
+                         ids=[f"{lst}-{m}" if lst == "SASL_SSL" else m or lst
+                              for lst, m in LISTENER_CASES])
 def test_roundtrip_over_each_listener(kafka: KafkaCluster, topic: str, listener: str,
                                       mechanism: str | None) -> None:
     kwargs = {"mechanism": mechanism} if mechanism else {}
     conf = kafka.librdkafka_config(listener, **kwargs)
-    if listener in ("SSL", "MTLS"):
+    if listener in ("SSL", "MTLS", "SASL_SSL"):
         assert conf["ssl.endpoint.identification.algorithm"] == "https"
     sent = _records(5, listener)
     _produce(conf, topic, sent)

@@ -37,6 +37,8 @@ LISTENERS = [
     ("SASL_OAUTH", {}),
     ("SSL", {}),
     ("MTLS", {}),
+    ("SASL_SSL", {"mechanism": "SCRAM-SHA-256"}),
+    ("SASL_SSL", {"mechanism": "SCRAM-SHA-512"}),
 ]
 
 

@@ -22,6 +22,7 @@ import pytest
 from integration.harness.cluster import KafkaCluster
 from integration.harness.jars import fetch_spark_kafka_jars, spark_kafka_manifest
 from integration.harness.listeners import SCRAM_USERS
+from integration.harness.standalone import StandaloneCluster
 from integration.producer_util import read_committed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,50 +92,93 @@ def test_quickstart_prints_views_per_window(kafka: KafkaCluster, topic_factory: 
     assert f"quick start: {len(records)} Kafka records read" in stdout
 
 
-def test_secured_quickstart_scram_secrets_from_environment(kafka: KafkaCluster,
-                                                           topic_factory: Any) -> None:
-    """SCRAM-SHA-512 with the credentials only in the environment. The harness broker has no
-    SASL_SSL listener, so this runs SASL_PLAINTEXT (KAFKA_SECURITY_PROTOCOL); TLS options
-    are the Security section's, tested in test_tls_stores.py."""
+def test_secured_quickstart_scram_over_tls_secrets_from_environment(
+        kafka: KafkaCluster, topic_factory: Any) -> None:
+    """SCRAM-SHA-512 over TLS (the broker's SASL_SSL listener), configured as the example's
+    header says: bootstrap, credentials and the CA's PEM truststore only in the environment,
+    security protocol and mechanism left to the example's defaults (SASL_SSL, SCRAM-SHA-512)."""
     topic = topic_factory(partitions=2)
     records, views = _clicks(40)
     _send(kafka, topic, records)
     user, password = SCRAM_USERS["SCRAM-SHA-512"]
-    env = {"KAFKA_BOOTSTRAP": kafka.bootstrap("SASL_SCRAM"), "KAFKA_SASL_USERNAME": user,
-           "KAFKA_SASL_PASSWORD": password, "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}
+    assert kafka.tls is not None
+    env = {"KAFKA_BOOTSTRAP": kafka.bootstrap("SASL_SSL"), "KAFKA_SASL_USERNAME": user,
+           "KAFKA_SASL_PASSWORD": password, "KAFKA_SSL_TRUSTSTORE": str(kafka.tls.ca_pem)}
     result = spark_submit("secured_quickstart.py", ["--topic", topic, "--available-now"],
                           env=env)
     stdout = _ok(result)
     assert _final_views(stdout) == dict(views)
+    assert f"quick start: {len(records)} Kafka records read" in stdout
     assert password not in stdout + result.stderr
+
+
+def _orders(first: int, count: int) -> list[tuple[bytes | None, bytes, int | None]]:
+    """Input of exactly_once_pipeline.py: every third order is cancelled."""
+    return [(None, json.dumps({"order_id": i, "amount_cents": 100 * i + 5,
+                               "status": "paid" if i % 3 else "cancelled"}).encode(), None)
+            for i in range(first, first + count)]
+
+
+def _paid_orders(count: int) -> set[tuple[bytes, bytes]]:
+    """What exactly_once_pipeline.py writes for ``_orders(0, count)``: (key, value) pairs."""
+    return {(str(i).encode(), json.dumps({"order_id": i, "amount_eur": (100 * i + 5) / 100},
+                                         separators=(",", ":")).encode())
+            for i in range(count) if i % 3}
 
 
 def test_exactly_once_pipeline_stop_and_restart(kafka: KafkaCluster, topic_factory: Any,
                                                 tmp_path: Path) -> None:
     source, sink = topic_factory(partitions=3), topic_factory(partitions=2)
-
-    def orders(first: int, count: int) -> list[tuple[bytes | None, bytes, int | None]]:
-        return [(None, json.dumps({"order_id": i, "amount_cents": 100 * i + 5,
-                                   "status": "paid" if i % 3 else "cancelled"}).encode(), None)
-                for i in range(first, first + count)]
-
     args = ["--bootstrap", kafka.bootstrap(), "--input", source, "--output", sink,
             "--checkpoint", str(tmp_path / "checkpoint"), "--max-offsets-per-trigger", "100"]
-    _send(kafka, source, orders(0, 150))
+    _send(kafka, source, _orders(0, 150))
     first = _ok(spark_submit("exactly_once_pipeline.py", args))
     assert f"output topic {sink}: 100 records, 100 distinct orders" in first
-    _send(kafka, source, orders(150, 90))
+    _send(kafka, source, _orders(150, 90))
     second = _ok(spark_submit("exactly_once_pipeline.py", args))  # same checkpoint
     assert f"output topic {sink}: 160 records, 160 distinct orders" in second
     # The restart read only the 90 new orders (batches of at most 100).
     assert sum(int(n) for n in re.findall(r"batch \d+: (\d+) input records", second)) == 90
 
-    expected = {(str(i).encode(), json.dumps({"order_id": i, "amount_eur": (100 * i + 5) / 100},
-                                             separators=(",", ":")).encode())
-                for i in range(240) if i % 3}
+    expected = _paid_orders(240)
     written = read_committed(kafka.bootstrap(), sink, expect=len(expected))
     assert len(written) == len(expected)
     assert {(r.key, r.value) for r in written} == expected
+
+
+def test_exactly_once_pipeline_on_a_standalone_cluster_with_standalone_conf(
+        kafka: KafkaCluster, topic_factory: Any, tmp_path: Path) -> None:
+    """spark_conf/standalone.conf as its header says to use it: ``--properties-file`` with
+    ``--load-spark-defaults`` on a master and a worker started by pyspark's spark-class. Its
+    ``spark.master`` names port 7077; the harness cluster takes a free port, so ``--master``
+    on the command line overrides it, as it would any properties file's (checked below to be
+    the URL the header starts). The worker has 2 cores and 2 GiB: executors of the conf's 1
+    core and 1 GiB fit twice, and the executors' launch commands show both settings."""
+    conf_text = (REPO / "spark_conf" / "standalone.conf").read_text()
+    assert re.search(r"^spark\.master\s+spark://127\.0\.0\.1:7077$", conf_text, re.MULTILINE)
+    assert "--host 127.0.0.1 --port 7077" in conf_text
+    source, sink = topic_factory(partitions=2), topic_factory(partitions=2)
+    _send(kafka, source, _orders(0, 60))
+    with StandaloneCluster(workers=1, cores_per_worker=2, memory_per_worker="2g",
+                           conf_dir=REPO / "spark_conf") as cluster:
+        result = cluster.submit(
+            [str(REPO / "examples" / "exactly_once_pipeline.py"), "--bootstrap",
+             kafka.bootstrap(), "--input", source, "--output", sink, "--checkpoint",
+             str(tmp_path / "checkpoint")],
+            options=["--properties-file", str(REPO / "spark_conf" / "standalone.conf"),
+                     "--load-spark-defaults"])
+        stdout = _ok(result)
+        launches = [log.read_text(errors="replace")
+                    for log in sorted(cluster.work_dir.glob("worker-0/app-*/*/stderr"))]
+    assert f"output topic {sink}: 40 records, 40 distinct orders" in stdout
+    written = read_committed(kafka.bootstrap(), sink, expect=40)
+    assert {(r.key, r.value) for r in written} == _paid_orders(60)
+    assert len(written) == 40
+    # spark.executor.cores 1 and spark.executor.memory 1g: 1-core, 1 GiB executors, two at
+    # once on the 2-core worker (without the conf: one executor taking both cores).
+    assert len(launches) >= 2, launches
+    for launch in launches:
+        assert "-Xmx1024M" in launch and re.search(r"--cores\W+1\b", launch), launch[:3000]
 
 
 def test_backfill_reads_the_time_range_into_parquet(kafka: KafkaCluster, topic_factory: Any,

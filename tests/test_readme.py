@@ -164,9 +164,115 @@ TROUBLES: dict[str, Callable[[], str]] = {
 }
 
 
+def _overwrite_error() -> str:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from kafka_ds.spark import sink
+
+    schema = StructType([StructField("value", StringType())])
+    with pytest.raises(KafkaOptionError) as error:
+        sink.create_batch_writer(_BOOT | {"topic": "t"}, schema, overwrite=True)
+    return str(error.value)
+
+
+def _sink_data_loss() -> str:
+    from kafka_ds.spark.sink_messages import LostTransaction, SinkDataLossError
+
+    lost = LostTransaction("pykafka-<queryId>-3", 3, (("clicks", 0),), 500, "aborted")
+    return str(SinkDataLossError("pykafka-<queryId>", 12, [lost]))
+
+
+def _offset_range_lost() -> str:
+    from kafka_ds.protocol.types import TopicPartition
+    from kafka_ds.spark.errors import could_not_read_offset_range
+
+    return str(could_not_read_offset_range(TopicPartition("clicks", 0), 1200, 1500, "gone"))
+
+
+def _topic_not_found() -> str:
+    from kafka_ds.spark.errors import TopicNotFoundError
+
+    return str(TopicNotFoundError(["orders"], "subscribe"))
+
+
+TROUBLES.update({
+    "Save mode Overwrite not allowed for Kafka": _overwrite_error,
+    "topic 'orders' named by option 'subscribe' does not exist on the cluster": _topic_not_found,
+    "data loss in the pykafka sink 'pykafka-<queryId>', batch 12: 1 transaction(s) holding 500 "
+    "records were aborted by Kafka before they could be committed": _sink_data_loss,
+    "[KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE] Could not read records in offset "
+    "[1200, 1500) of clicks-0": _offset_range_lost,
+})
+
+# Messages raised only against a broker or inside a Spark task: the quote must be the
+# message's text in the module that raises it, its placeholders filled with these values
+# (in the order they appear).
+TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "option 'startingTimestamp': no offset matched the timestamp 1767225610000 in clicks-0 "
+    "(no record at or after it)":
+        ("kafka_ds.spark.offset_reader", ("startingTimestamp", "1767225610000", "clicks-0")),
+    "topic 'events-clean' (option 'topic') does not exist: create it first, the pykafka sink "
+    "does not create topics": ("kafka_ds.spark.sink", ("'events-clean'",)),
+    "kafka.transaction.timeout.ms=3600000 is above the broker's transaction.max.timeout.ms "
+    "(900000)": ("kafka_ds.spark.sink", ("3600000", "900000")),
+    "the pykafka sink's exactly-once delivery cannot run with spark.speculation=true":
+        ("kafka_ds.spark.sink_task", ()),
+}
+# Spark's own messages, checked against Spark itself in integration/test_readme_spark.py.
+SPARK_MESSAGES = (
+    "Failed to find the data source: pykafka.",
+    'The data source "pykafka" cannot be written in the "ErrorIfExists" mode. Please use '
+    'either the "Append" or "Overwrite" mode instead.',
+)
+
+
+def _troubleshooting() -> str:
+    troubleshooting = README.split("## Troubleshooting", 1)[1].split("\n## ", 1)[0]
+    return " ".join(troubleshooting.split())  # README lines wrap
+
+
 @pytest.mark.parametrize("message", list(TROUBLES))
 def test_troubleshooting_quotes_the_errors_the_code_raises(message: str) -> None:
-    troubleshooting = README.split("## Troubleshooting", 1)[1].split("\n## ", 1)[0]
-    quoted = " ".join(troubleshooting.split())  # README lines wrap
-    assert f"`{message}" in quoted
+    assert f"`{message}" in _troubleshooting()
     assert message in TROUBLES[message]()
+
+
+def _rendered_messages(module_name: str, values: tuple[str, ...]) -> list[str]:
+    """Every string the module builds with ``len(values)`` placeholders, filled with
+    ``values`` (adjacent literals and f-strings are one node after parsing)."""
+    import importlib
+
+    tree = ast.parse(inspect.getsource(importlib.import_module(module_name)))
+    rendered = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and not values:
+            rendered.append(node.value)
+        elif isinstance(node, ast.JoinedStr):
+            placeholders = [part for part in node.values
+                            if isinstance(part, ast.FormattedValue)]
+            if len(placeholders) != len(values):
+                continue
+            filled = iter(values)
+            rendered.append("".join(next(filled) if isinstance(part, ast.FormattedValue)
+                                    else str(part.value)  # type: ignore[attr-defined]
+                                    for part in node.values))
+    return rendered
+
+
+@pytest.mark.parametrize("message", list(TEMPLATES))
+def test_troubleshooting_quotes_the_messages_written_in_the_code(message: str) -> None:
+    assert f"`{message}" in _troubleshooting()
+    module_name, values = TEMPLATES[message]
+    rendered = _rendered_messages(module_name, values)
+    assert rendered, f"no message with {len(values)} placeholders in {module_name}"
+    assert any(text.startswith(message) for text in rendered), (
+        f"{module_name} builds no message starting with {message!r}")
+
+
+def test_every_quoted_message_in_troubleshooting_is_checked() -> None:
+    """A message added to Troubleshooting needs a check here (or in the Spark test)."""
+    quoted = re.findall(r"(?:^| )- `([^`]+)`", _troubleshooting())
+    assert len(quoted) >= 15  # the extraction works
+    checked = [*TROUBLES, *TEMPLATES, *SPARK_MESSAGES, "AuthenticationError"]
+    unchecked = [q for q in quoted if not any(q.startswith(c) for c in checked)]
+    assert unchecked == []

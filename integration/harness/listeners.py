@@ -13,6 +13,8 @@ every security path (listener name -> security protocol):
                                  (less if the token expires sooner), so clients must
                                  re-authenticate (KIP-368) or be disconnected
     SSL         SSL              server-auth TLS (ssl.client.auth=none)
+    SASL_SSL    SASL_SSL         SCRAM-SHA-256 and SCRAM-SHA-512 (the SASL_SCRAM users) over
+                                 server-auth TLS (the SSL listener's certificate)
     MTLS        SSL              mutual TLS (ssl.client.auth=required)
     SASL_GSSAPI SASL_PLAINTEXT   Kerberos (GSSAPI) against the cluster's own MIT KDC
                                  (``kdc.py``), broker principal kafka/127.0.0.1; only on
@@ -34,13 +36,14 @@ from . import kdc as kerberos
 from .tls import TlsMaterial
 
 CLIENT_LISTENERS = ("PLAINTEXT", "SASL_PLAIN", "SASL_SCRAM", "SASL_OAUTH", "SASL_REAUTH", "SSL",
-                    "MTLS")
+                    "MTLS", "SASL_SSL")
 ALL_LISTENERS = (*CLIENT_LISTENERS, "CONTROLLER")
 GSSAPI_LISTENER = "SASL_GSSAPI"
 SECURITY_PROTOCOL = {
     "PLAINTEXT": "PLAINTEXT", "SASL_PLAIN": "SASL_PLAINTEXT", "SASL_SCRAM": "SASL_PLAINTEXT",
     "SASL_OAUTH": "SASL_PLAINTEXT", "SASL_REAUTH": "SASL_PLAINTEXT", "SSL": "SSL",
-    "MTLS": "SSL", "CONTROLLER": "PLAINTEXT", GSSAPI_LISTENER: "SASL_PLAINTEXT",
+    "MTLS": "SSL", "SASL_SSL": "SASL_SSL", "CONTROLLER": "PLAINTEXT",
+    GSSAPI_LISTENER: "SASL_PLAINTEXT",
 }
 
 
@@ -85,6 +88,12 @@ def broker_listener_properties(ports: dict[str, int], tls: TlsMaterial,
             f"{_JAAS}.scram.ScramLoginModule required;",
         "listener.name.sasl_scram.scram-sha-512.sasl.jaas.config":
             f"{_JAAS}.scram.ScramLoginModule required;",
+        # SASL_SSL: the same SCRAM users, over TLS with the keystore below.
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config":
+            f"{_JAAS}.scram.ScramLoginModule required;",
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
+            f"{_JAAS}.scram.ScramLoginModule required;",
         # OAUTHBEARER with no server callback handler configured = unsecured JWS validator.
         "listener.name.sasl_oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
         "listener.name.sasl_oauth.oauthbearer.sasl.jaas.config":
@@ -104,7 +113,8 @@ def broker_listener_properties(ports: dict[str, int], tls: TlsMaterial,
             f"{_JAAS}.oauthbearer.OAuthBearerLoginModule required "
             f'unsecuredLoginStringClaim_sub="{OAUTH_PRINCIPAL}";',
         "listener.name.sasl_reauth.connections.max.reauth.ms": str(REAUTH_MS),
-        # TLS: one keystore for both TLS listeners; only MTLS demands a client certificate.
+        # TLS: one keystore for the three TLS listeners; only MTLS demands a client
+        # certificate (SASL_SSL clients prove who they are with SCRAM).
         "ssl.keystore.type": "PKCS12",
         "ssl.keystore.location": str(tls.broker_keystore_p12),
         "ssl.keystore.password": tls.password,
@@ -114,6 +124,7 @@ def broker_listener_properties(ports: dict[str, int], tls: TlsMaterial,
         "ssl.truststore.password": tls.password,
         "listener.name.ssl.ssl.client.auth": "none",
         "listener.name.mtls.ssl.client.auth": "required",
+        "listener.name.sasl_ssl.ssl.client.auth": "none",
     }
     if kdc is not None:
         # The broker logs in from its keytab at start-up (the JVM finds the KDC through
@@ -161,7 +172,8 @@ def client_config(listener: str, bootstrap_servers: str, tls: TlsMaterial, *,
     ssl_check_hostname (True: the broker cert's SAN matches 127.0.0.1 and localhost),
     ssl_hostname (the name to verify: the bootstrap host, 127.0.0.1),
     kerberos_principal, kerberos_keytab, kerberos_service_name, krb5_conf (SASL_GSSAPI).
-    ``mechanism`` picks SCRAM-SHA-256 (default) or SCRAM-SHA-512 on SASL_SCRAM, and any of
+    ``mechanism`` picks SCRAM-SHA-256 (default) or SCRAM-SHA-512 on SASL_SCRAM and SASL_SSL
+    (whose config is SASL_SCRAM's plus SSL's TLS keys), and any of
     PLAIN, SCRAM-SHA-256 (default), SCRAM-SHA-512 and OAUTHBEARER on SASL_REAUTH;
     ``username``/``password`` override the built-in user (e.g. a wrong password).
     """
@@ -178,6 +190,12 @@ def client_config(listener: str, bootstrap_servers: str, tls: TlsMaterial, *,
                             username=username, password=password)
         cfg["listener"] = "SASL_REAUTH"
         return cfg
+    if listener == "SASL_SSL":
+        scram = client_config("SASL_SCRAM", bootstrap_servers, tls, mechanism=mechanism,
+                              username=username, password=password)
+        server_tls = client_config("SSL", bootstrap_servers, tls)
+        return {**server_tls, **scram, "listener": listener,
+                "security_protocol": SECURITY_PROTOCOL[listener]}
     if listener == "SASL_PLAIN":
         if mechanism not in (None, "PLAIN"):
             raise ValueError("SASL_PLAIN only speaks PLAIN")

@@ -120,10 +120,13 @@ class StandaloneCluster:
 
     def submit(self, app: Sequence[str], *, conf: dict[str, str] | None = None,
                jars: Sequence[str] = (), env: dict[str, str] | None = None,
-               timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
-        """``spark-submit --master <url>`` an application (a .py file and its arguments)."""
+               options: Sequence[str] = (), timeout_s: float = 600
+               ) -> subprocess.CompletedProcess[str]:
+        """``spark-submit --master <url>`` an application (a .py file and its arguments);
+        ``options`` are more spark-submit options (e.g. ``--properties-file``: its
+        ``spark.master`` yields to this cluster's, given on the command line)."""
         command = [str(spark_home() / "bin" / "spark-submit"), "--master", self.url,
-                   "--deploy-mode", "client"]
+                   "--deploy-mode", "client", *options]
         if jars:
             command += ["--jars", ",".join(jars)]
         for key, value in (conf or {}).items():
