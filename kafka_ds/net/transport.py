@@ -177,8 +177,10 @@ class SocketSetup:
 def handshake_error(address: str, exc: OSError) -> NetworkError | AuthenticationError:
     """What a failed TLS handshake with ``address`` means, and what to fix."""
     if isinstance(exc, ssl.SSLCertVerificationError):
+        # OpenSSL's verify message may end in a period ("... not valid for 'host'.").
+        reason = (exc.verify_message or "certificate verification failed").rstrip(".")
         return AuthenticationError(
-            f"TLS certificate of {address} rejected: {exc.verify_message}. Trust the broker's "
+            f"TLS certificate of {address} rejected: {reason}. Trust the broker's "
             "CA (ssl.truststore.location), or connect by a name the certificate lists; "
             "hostname checks are off only if ssl.endpoint.identification.algorithm is empty")
     if isinstance(exc, ssl.SSLError):
