@@ -44,6 +44,9 @@ Error handling, per partition unless said otherwise:
   has been handed out, or with ``fail.on.data.loss=false`` skips to the earliest available
   offset, logging a warning and counting ``offsets_skipped``.
 
+Which replica a partition reads from is ``read_replica``'s (KIP-392); the wording of the
+errors that stop a read (no progress, a response that does not parse) is ``fetch_errors``'.
+
 Decoding (``chunk_decode``) runs in the calling thread, or with ``decode.threads`` in a small
 pool: chunks are submitted as responses arrive and handed out in arrival order
 (``Chunk.decoding``).
@@ -63,9 +66,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_ds.client import offsets as offset_lookup
+from kafka_ds.client import read_replica
 from kafka_ds.client.chunk_decode import decode_chunk
 from kafka_ds.client.cluster import Cluster
 from kafka_ds.client.fetch_config import FetchConfig, FetchMetrics
+from kafka_ds.client.fetch_errors import stalled_error, undecodable_response
 from kafka_ds.client.fetch_state import (
     BrokerFetch,
     Chunk,
@@ -231,7 +236,7 @@ class FetchLoop:
             if part.done or part.retry_at_ms > now_ms:
                 continue
             if now_ms - part.last_progress_ms > self.config.fetch_timeout_ms:
-                raise self._stalled(part)
+                raise stalled_error(part, self.config)
             if part.preferred_node >= 0 and now_ms >= part.preferred_until_ms:
                 part.node_id = -1  # the preferred replica's lease ran out: ask the leader
             if part.node_id < 0 and not self._locate(part, now_ms):
@@ -415,7 +420,7 @@ class FetchLoop:
             error = future.error
             node.session.on_failure(pending)
             if isinstance(error, DecodeError):
-                raise _undecodable(node.node_id, pending, error) from error
+                raise undecodable_response(node.node_id, pending, error) from error
             if not isinstance(error, NetworkError | KafkaTimeoutError):
                 raise error  # type: ignore[misc]
             self._node_failed(node, list(pending.next_partitions), error)
@@ -454,7 +459,8 @@ class FetchLoop:
             part.last_stable_offset = data.last_stable_offset
             part.log_start_offset = data.log_start_offset
             if data.preferred_read_replica >= 0 and data.preferred_read_replica != part.node_id:
-                self._prefer(part, data.preferred_read_replica, now_ms)
+                read_replica.prefer(part, data.preferred_read_replica, now_ms,
+                                    self.cluster.metadata_max_age_ms)
                 return
             records = data.records
             if records is None or not len(records):
@@ -486,7 +492,7 @@ class FetchLoop:
         if code == ErrorCode.OFFSET_OUT_OF_RANGE and part.preferred_node == part.node_id >= 0:
             # A follower that has not caught up with the offset yet: read from the leader
             # rather than judge data loss by a replica's log (Java's FetchCollector does so).
-            self._fall_back_to_leader(part, "OFFSET_OUT_OF_RANGE")
+            read_replica.fall_back_to_leader(part, self.metrics, "OFFSET_OUT_OF_RANGE")
             return
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             self._out_of_range(part)
@@ -509,21 +515,6 @@ class FetchLoop:
             part.done = True
 
     # --- errors ----------------------------------------------------------------------------
-
-    def _prefer(self, part: PartitionRead, node_id: int, now_ms: int) -> None:
-        """KIP-392: the leader names a replica to read from (the one in ``client.rack``).
-        Followed until ``metadata.max.age.ms`` passes, as the Java consumer does, then the
-        leader is asked again, so a better replica (or the leader itself) is picked up."""
-        log.debug("%s: reading from replica %s, as leader %s prefers", part.tp, node_id,
-                  part.node_id)
-        part.preferred_node = part.node_id = node_id
-        part.preferred_until_ms = now_ms + self.cluster.metadata_max_age_ms
-
-    def _fall_back_to_leader(self, part: PartitionRead, why: str) -> None:
-        log.info("%s: reading from the leader instead of replica %s (%s)", part.tp,
-                 part.preferred_node, why)
-        self.metrics.preferred_replica_fallbacks += 1
-        part.preferred_node = part.node_id = -1
 
     def _retry_later(self, part: PartitionRead, error: KafkaDsError, now_ms: int) -> None:
         """Find the leader again after ``retry.backoff.ms``, continuing from the same position.
@@ -603,23 +594,9 @@ class FetchLoop:
         part.seen_topic = True
         part.topic_unknown = False
         part.leader_epoch = partition.leader_epoch
-        part.node_id = self._read_replica(part, partition.leader_id, now_ms)
+        part.node_id = read_replica.select(part, partition.leader_id, now_ms, self.cluster,
+                                           self.metrics)
         return True
-
-    def _read_replica(self, part: PartitionRead, leader_id: int, now_ms: int) -> int:
-        """The preferred replica while it holds and is a live broker, else the leader
-        (Java's ``AbstractFetch.selectReadReplica``)."""
-        preferred = part.preferred_node
-        if preferred < 0:
-            return leader_id
-        if now_ms >= part.preferred_until_ms:
-            part.preferred_node = -1  # expired: the leader says again where to read
-            return leader_id
-        if preferred not in self.cluster.brokers:
-            self._fall_back_to_leader(part, "not a live broker in the metadata")
-            self.cluster.invalidate()
-            return leader_id
-        return preferred
 
     def _out_of_range(self, part: PartitionRead) -> None:
         """OFFSET_OUT_OF_RANGE: data loss if the log no longer spans the position, else retry."""
@@ -673,37 +650,4 @@ class FetchLoop:
         part.done = True
         self._queue.append(Chunk(None, None, part.position, None, error))
 
-    def _stalled(self, part: PartitionRead) -> KafkaDsError:
-        """The error for a partition that made no progress within ``fetch.timeout.ms``."""
-        if part.topic_unknown:
-            return UnknownTopicError(part.tp.topic, f": no broker knew it for "
-                                     f"fetch.timeout.ms ({self.config.fetch_timeout_ms} ms); "
-                                     "check the topic name, or raise fetch.timeout.ms if it "
-                                     "is being created")
-        readable = (part.last_stable_offset if self.config.read_committed
-                    else part.high_watermark)
-        detail = ""
-        if 0 <= readable <= part.position:
-            if self.config.read_committed and part.high_watermark > readable:
-                detail = (f"; the last stable offset is {readable}: a transaction is still "
-                          "open there and read_committed cannot read past it")
-            else:
-                detail = (f"; the partition ends at {readable} (high watermark): the range "
-                          "asks for offsets not written yet")
-        elif part.last_error:
-            detail = f"; last error: {part.last_error}"
-        return KafkaTimeoutError(
-            f"reading {part.tp} [{part.start}, {part.end}) made no progress at offset "
-            f"{part.position} for {self.config.fetch_timeout_ms} ms{detail}. "
-            "Raise fetch.timeout.ms to wait longer")
 
-
-def _undecodable(node_id: int, pending: PendingFetch, error: DecodeError) -> DecodeError:
-    """A Fetch response that does not parse, naming what it answered: the decoder only knows
-    byte positions and field indexes, the read knows the partitions and offsets asked for."""
-    asked = sorted(pending.next_partitions.items())
-    shown = ", ".join(f"{tp} at offset {state.fetch_offset}" for tp, state in asked[:8])
-    more = f" and {len(asked) - 8} more partitions" if len(asked) > 8 else ""
-    return DecodeError(f"the Fetch response of node {node_id} to a fetch of {shown}{more}",
-                       None, f"{error}. The broker or the network damaged it: the read stops "
-                             "here rather than guess")

@@ -15,6 +15,7 @@ import pytest
 from kafka_ds.client.cluster import Cluster, PartitionInfo, TopicInfo
 from kafka_ds.client.config import ClientConfig
 from kafka_ds.client.fetch_config import FetchConfig, FetchMetrics
+from kafka_ds.client.fetch_errors import stalled_error
 from kafka_ds.client.fetch_loop import FetchLoop
 from kafka_ds.client.fetch_state import PartitionRead
 from kafka_ds.client.topic_errors import (
@@ -91,7 +92,7 @@ def test_an_unknown_topic_never_seen_is_retried_then_reported_unknown(
     assert not loop._locate(part, loop.clock.monotonic_ms())
     assert not part.done and loop.metrics.data_loss_incidents == 0
     assert cluster.asked_everyone == 0  # never seen: no reason to think it was deleted
-    error = loop._stalled(part)
+    error = stalled_error(part, loop.config)
     assert isinstance(error, UnknownTopicError) and "fetch.timeout.ms" in str(error)
 
 
@@ -167,7 +168,7 @@ def test_a_partition_fresh_metadata_lacks_too_is_retried_then_named_in_the_timeo
     assert not loop._locate(part, loop.clock.monotonic_ms())  # no exception: wait and retry
     assert not part.done and part.node_id == -1 and part.retry_at_ms > 0
     assert loop.metrics.retries == 1
-    error = loop._stalled(part)
+    error = stalled_error(part, loop.config)
     assert "t has no partition 0 (it has 1)" in str(error) and "fetch.timeout.ms" in str(error)
 
 
