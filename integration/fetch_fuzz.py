@@ -35,10 +35,12 @@ import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
+from integration.fetch_helpers import produce
 from integration.harness.proxy import (
     FetchLayout,
     FetchPartitionLayout,
     Mutated,
+    ProxiedKafkaCluster,
     fetch_response_layout,
 )
 
@@ -47,6 +49,20 @@ SAME, CORRUPT, DECODE, ANY_ERROR = "same rows", "CorruptRecordError", "DecodeErr
 _LENGTH_AT, _LEADER_EPOCH_AT, _MAGIC_AT, _CRC_AT, _ATTRIBUTES_AT = 8, 12, 16, 17, 21
 
 Mutator = Callable[[bytes, int, random.Random], "Mutated | None"]
+
+# The fuzzed topic: many small batches per partition, so a response carries several.
+PARTITIONS, PER_PARTITION, PER_BATCH = 2, 300, 15
+
+
+def write_fuzz_topic(cluster: ProxiedKafkaCluster, topic: str) -> None:
+    """Create ``topic`` and write it one flush per batch (keys, headers, varied sizes)."""
+    cluster.create_topic(topic, PARTITIONS, 1)
+    for start in range(0, PER_PARTITION, PER_BATCH):
+        produce(cluster, topic, [
+            {"partition": p, "key": b"k%d" % i, "value": b"v%d-%d" % (p, i) * (1 + i % 9),
+             "headers": [("h", b"%d" % i)]}
+            for p in range(PARTITIONS) for i in range(start, start + PER_BATCH)],
+            **{"linger.ms": 0})
 
 
 class Target(NamedTuple):
@@ -248,7 +264,7 @@ def random_bits(frame: bytes, version: int, rng: random.Random) -> Mutated | Non
     if target is None:
         return None
     layout = target.layout
-    protected = set()
+    protected: set[int] = set()
     for part in layout.partitions:
         for start, _ in part.batches(frame):
             protected.update(range(start, start + 8))  # base offsets: see the module doc

@@ -20,15 +20,24 @@ from typing import Any
 
 import pytest
 
-from integration.fetch_fuzz import ANY_ERROR, CORRUPT, DECODE, MUTATIONS, SAME, seeded
-from integration.fetch_helpers import arrow_rows, confluent_rows, produce
+from integration.fetch_fuzz import (
+    ANY_ERROR,
+    CORRUPT,
+    DECODE,
+    MUTATIONS,
+    PARTITIONS,
+    PER_PARTITION,
+    SAME,
+    seeded,
+    write_fuzz_topic,
+)
+from integration.fetch_helpers import arrow_rows, confluent_rows
 from integration.harness.proxy import FETCH, ProxiedKafkaCluster
 from kafka_ds.client.fetcher import Fetcher
 from kafka_ds.protocol.errors import CorruptRecordError, DecodeError, KafkaDsError
 
 # Seeds 0..N-1 per class; more for a long run (``KAFKA_DS_FETCH_FUZZ_SEEDS=500``).
 SEEDS_PER_CLASS = int(os.environ.get("KAFKA_DS_FETCH_FUZZ_SEEDS", "8"))
-PARTITIONS, PER_PARTITION, PER_BATCH = 2, 300, 15
 READ_DEADLINE_S = 120  # far above a read's few seconds: reaching it means a hang
 
 
@@ -36,13 +45,7 @@ READ_DEADLINE_S = 120  # far above a read's few seconds: reaching it means a han
 def fuzz_topic(proxied_kafka: ProxiedKafkaCluster) -> Iterator[tuple[str, list[Any]]]:
     """A topic of many small batches per partition, and what librdkafka reads of it."""
     topic = f"fetch-fuzz-{time.time_ns() % 10**8}"
-    proxied_kafka.create_topic(topic, PARTITIONS, 1)
-    for start in range(0, PER_PARTITION, PER_BATCH):  # one flush per batch: many batches
-        produce(proxied_kafka, topic, [
-            {"partition": p, "key": b"k%d" % i, "value": b"v%d-%d" % (p, i) * (1 + i % 9),
-             "headers": [("h", b"%d" % i)]}
-            for p in range(PARTITIONS) for i in range(start, start + PER_BATCH)],
-            **{"linger.ms": 0})
+    write_fuzz_topic(proxied_kafka, topic)
     expected = [row for p in range(PARTITIONS)
                 for row in confluent_rows(proxied_kafka, topic, p, 0, PER_PARTITION)]
     yield topic, expected

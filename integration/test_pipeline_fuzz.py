@@ -33,12 +33,14 @@ from integration.fetch_fuzz import (
     CORRUPT,
     DECODE,
     MUTATIONS,
+    PARTITIONS,
+    PER_PARTITION,
     SAME,
     after,
     cases,
     seeded,
+    write_fuzz_topic,
 )
-from integration.fetch_helpers import produce
 from integration.harness.proxy import FETCH, ProxiedKafkaCluster
 from integration.spark_source_util import unique_name
 
@@ -47,7 +49,6 @@ pytestmark = [pytest.mark.spark]
 # Seeds 0..N-1 per class (CI: 1; the client-level fuzz covers 8 per class); ``make fuzz``
 # runs 20.
 SEEDS_PER_CLASS = int(os.environ.get("KAFKA_DS_SPARK_FUZZ_SEEDS", "1"))
-PARTITIONS, PER_PARTITION, PER_BATCH = 2, 300, 15
 # Short client timeouts: a stall would end in our timeout error well inside the test's own.
 CLIENT_OPTIONS = {"kafka.max.partition.fetch.bytes": "2048", "kafka.request.timeout.ms": "5000",
                   "kafka.fetch.max.wait.ms": "100", "kafkaConsumer.pollTimeoutMs": "30000",
@@ -59,13 +60,7 @@ STREAM_TIMEOUT_S = 240
 def fuzz_topic(spark: Any, proxied_kafka: ProxiedKafkaCluster) -> Iterator[tuple[str, Any]]:
     """A topic of many small batches per partition, and the JVM connector's rows of it."""
     topic = unique_name("spark-fetch-fuzz")
-    proxied_kafka.create_topic(topic, PARTITIONS, 1)
-    for start in range(0, PER_PARTITION, PER_BATCH):  # one flush per batch: many batches
-        produce(proxied_kafka, topic, [
-            {"partition": p, "key": b"k%d" % i, "value": b"v%d-%d" % (p, i) * (1 + i % 9),
-             "headers": [("h", b"%d" % i)]}
-            for p in range(PARTITIONS) for i in range(start, start + PER_BATCH)],
-            **{"linger.ms": 0})
+    write_fuzz_topic(proxied_kafka, topic)
     jvm = (spark.read.format("kafka").option("kafka.bootstrap.servers", proxied_kafka.bootstrap())
            .option("subscribe", topic).option("includeHeaders", "true").load())
     rows = jvm.collect()
