@@ -79,7 +79,7 @@ class ProducedBatch(NamedTuple):
 
 
 class _Reader:
-    """Just enough of Kafka's primitive types to walk a Produce request."""
+    """Just enough of Kafka's primitive types to walk a Produce request or a Fetch response."""
 
     def __init__(self, buf: bytearray | bytes, pos: int, flexible: bool) -> None:
         self.buf = buf
@@ -111,6 +111,14 @@ class _Reader:
         self.pos += max(size, 0)
         return text
 
+    def topic(self, version: int) -> str:
+        """A topic in Produce and Fetch: its id in hex from version 13, else its name."""
+        if version >= 13:
+            topic_id = bytes(self.buf[self.pos:self.pos + 16]).hex()
+            self.pos += 16
+            return topic_id
+        return self.string()
+
     def skip_tags(self) -> None:
         if self.flexible:
             for _ in range(self.uvarint()):
@@ -132,11 +140,7 @@ def _produce_batches(frame: bytearray | bytes) -> Iterator[tuple[str, int, int]]
     reader.take(">h")  # acks
     reader.take(">i")  # timeout
     for _ in range(reader.length(">i")):
-        if version >= 13:
-            topic = bytes(frame[reader.pos:reader.pos + 16]).hex()
-            reader.pos += 16
-        else:
-            topic = reader.string()
+        topic = reader.topic(version)
         for _ in range(reader.length(">i")):
             partition = reader.take(">i")
             size = reader.length(">i")
@@ -228,11 +232,7 @@ def fetch_response_layout(frame: bytes, version: int) -> FetchLayout:
     partitions_count_at: list[int] = []
     partitions: list[FetchPartitionLayout] = []
     for _ in range(reader.length(">i")):
-        if version >= 13:
-            topic = bytes(frame[reader.pos:reader.pos + 16]).hex()
-            reader.pos += 16
-        else:
-            topic = reader.string()
+        topic = reader.topic(version)
         partitions_count_at.append(reader.pos)
         for _ in range(reader.length(">i")):
             partition_at = reader.pos
