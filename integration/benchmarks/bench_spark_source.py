@@ -12,12 +12,15 @@ alternating the two formats within each round:
 - streaming read: ``Trigger.AvailableNow`` over the whole topic in 4 micro-batches
   (``maxOffsetsPerTrigger``), each aggregated the same way in ``foreachBatch``. Three figures:
   ``stream`` from ``start()`` to the end of the query; ``stream-in-triggers`` over the sum of
-  the micro-batches' ``triggerExecution`` (the steady state of a long-running query); and
-  ``start_s``, from ``start()`` to the first trigger. A Python streaming source pays Spark's
-  start of a planner process per query there (a fresh interpreter that compiles pyspark from
-  ``pyspark.zip``, about 1 s of CPU here), which the JVM connector does not: it is a cost of
-  starting a query, not of reading, so it is reported apart rather than hidden or folded into
-  throughput alone;
+  the micro-batches' ``triggerExecution`` (the steady state of a long-running query), with
+  its CPU per row counted from the first ``foreachBatch`` call; and ``start_s``, from
+  ``start()`` to the first trigger. ``stream-triggers`` lines give, per format, the first
+  trigger's duration, the median of the later ones, and the median of each phase
+  (latestOffset, queryPlanning, addBatch, walCommit + commitOffsets). A Python streaming
+  source pays Spark's start of a planner process per query before the first trigger (a
+  fresh interpreter that compiles pyspark from ``pyspark.zip``, about 1 s of CPU here), which
+  the JVM connector does not: it is a cost of starting a query, not of reading, so it is
+  reported apart rather than hidden or folded into throughput alone;
 - per-micro-batch overhead: a stream over a 1-partition topic fed at a steady small rate
   (``--rate`` records/s), default trigger (back to back); the median ``triggerExecution`` of
   batches that read something, where it goes (latestOffset, queryPlanning, addBatch,
@@ -105,7 +108,8 @@ def _every_column(df: Any) -> list[Any]:
                   F.sum("timestampType"), F.count(F.lit(1))).collect()
 
 
-def _batch(spark: Any, fmt: str, bootstrap: str, topic: str, records: int) -> dict[str, float]:
+def _batch(spark: Any, fmt: str, bootstrap: str, topic: str, records: int,
+           meter: CpuMeter | None = None) -> dict[str, float]:
     started = time.perf_counter()
     df = (spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", topic).load())
@@ -115,12 +119,31 @@ def _batch(spark: Any, fmt: str, bootstrap: str, topic: str, records: int) -> di
     return {"rps": records / elapsed}
 
 
-def _stream(spark: Any, fmt: str, bootstrap: str, topic: str, records: int) -> dict[str, float]:
-    """Records/s from query start to its end and within the triggers; seconds to the first
-    trigger."""
-    seen = []
+# Phases of a micro-batch (``durationMs`` keys), reported as medians over the triggers that
+# read something; walCommit and commitOffsets (Spark's offset and commit logs) are one figure.
+_PHASES = ("latestOffset", "queryPlanning", "addBatch", "logs")
 
-    def each_batch(df: Any, _batch_id: int) -> None:
+
+def _phase_ms(progress: dict[str, Any], phase: str) -> float:
+    durations = progress["durationMs"]
+    if phase == "logs":
+        return float(durations.get("walCommit", 0) + durations.get("commitOffsets", 0))
+    return float(durations.get(phase, 0))
+
+
+def _stream(spark: Any, fmt: str, bootstrap: str, topic: str, records: int,
+            meter: CpuMeter | None = None) -> dict[str, Any]:
+    """Records/s from query start to its end and within the triggers; seconds to the first
+    trigger; the median of each phase of the triggers (ms), the first trigger apart. With a
+    ``meter``, also the CPU time from the first micro-batch's ``foreachBatch`` call (the
+    query started, its planner process running, batch 0 planned but not read) to the end:
+    what the triggers cost per row, without the query's start."""
+    seen = []
+    cpu_at_first_batch: dict[str, float] = {}
+
+    def each_batch(df: Any, batch_id: int) -> None:
+        if meter is not None and not cpu_at_first_batch:
+            cpu_at_first_batch.update(meter.snapshot())
         seen.append(_every_column(df)[0][-1])
 
     started_wall = time.time()
@@ -133,12 +156,25 @@ def _stream(spark: Any, fmt: str, bootstrap: str, topic: str, records: int) -> d
     elapsed = time.perf_counter() - started
     assert query.exception() is None, query.exception()
     assert sum(seen) == records, (fmt, seen, records)
-    progress = query.recentProgress
-    in_triggers_s = sum(p["durationMs"]["triggerExecution"] for p in progress
-                        if p["numInputRows"]) / 1000
-    first_trigger = datetime.fromisoformat(progress[0]["timestamp"].replace("Z", "+00:00"))
-    return {"rps": records / elapsed, "in_triggers_rps": records / in_triggers_s,
-            "start_s": first_trigger.timestamp() - started_wall}
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    in_triggers_s = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
+    first_trigger = datetime.fromisoformat(
+        query.recentProgress[0]["timestamp"].replace("Z", "+00:00"))
+    figures: dict[str, Any] = {
+        "rps": records / elapsed, "in_triggers_rps": records / in_triggers_s,
+        "start_s": first_trigger.timestamp() - started_wall,
+        "first_trigger_ms": progress[0]["durationMs"]["triggerExecution"],
+        "trigger_ms": statistics.median(p["durationMs"]["triggerExecution"]
+                                        for p in progress[1:] or progress),
+        "phases_ms": {phase: statistics.median(_phase_ms(p, phase) for p in progress)
+                      for phase in _PHASES},
+    }
+    if meter is not None and cpu_at_first_batch:
+        # Summed over the processes: the planner process moves from the live Python workers
+        # to the JVM's reaped children when the query stops, so only the total is exact.
+        cpu_s = sum(CpuMeter.spent(cpu_at_first_batch, meter.snapshot()).values())
+        figures["in_triggers_cpu_us_per_row"] = 1e6 * cpu_s / records
+    return figures
 
 
 def _overhead(spark: Any, cluster: KafkaCluster, meter: CpuMeter, fmt: str, batches: int,
@@ -263,7 +299,7 @@ def _measure(meter: CpuMeter, read: Any, spark: Any, fmt: str, bootstrap: str, t
              records: int) -> dict[str, Any]:
     """One read, with the CPU time it cost per row."""
     before = meter.snapshot()
-    figures: dict[str, Any] = read(spark, fmt, bootstrap, topic, records)
+    figures: dict[str, Any] = read(spark, fmt, bootstrap, topic, records, meter)
     cpu = CpuMeter.spent(before, meter.snapshot())
     if cpu:
         figures["cpu_us_per_row"] = 1e6 * sum(cpu.values()) / records
@@ -279,12 +315,27 @@ def _row(mode: str, size: int, codec: str, records: int,
                            "records": records, "pykafka_rps": round(ours),
                            "kafka_rps": round(jvm), "ratio": round(ours / jvm, 2),
                            "runs": {fmt: [round(r[key]) for r in runs[fmt]] for fmt in FORMATS}}
-    if key == "rps" and all("cpu_us_per_row" in r for fmt in FORMATS for r in runs[fmt]):
-        cpu = {fmt: statistics.median(r["cpu_us_per_row"] for r in runs[fmt]) for fmt in FORMATS}
+    cpu_key = {"rps": "cpu_us_per_row",
+               "in_triggers_rps": "in_triggers_cpu_us_per_row"}.get(key, "")
+    if cpu_key and all(cpu_key in r for fmt in FORMATS for r in runs[fmt]):
+        cpu = {fmt: statistics.median(r[cpu_key] for r in runs[fmt]) for fmt in FORMATS}
         row["cpu_us_per_row"] = {fmt: round(value, 3) for fmt, value in cpu.items()}
         row["cpu_ratio"] = round(cpu["kafka"] / cpu["pykafka"], 2)
-        row["cpu_s"] = {fmt: [r["cpu_s"] for r in runs[fmt]] for fmt in FORMATS}
+        if key == "rps":
+            row["cpu_s"] = {fmt: [r["cpu_s"] for r in runs[fmt]] for fmt in FORMATS}
     return row
+
+
+def _trigger_row(size: int, codec: str, runs: dict[str, list[dict[str, Any]]]
+                 ) -> dict[str, Any]:
+    """Medians over the runs of each format's per-trigger figures (ms) and start (s)."""
+    figures: dict[str, dict[str, float]] = {}
+    for fmt in FORMATS:
+        figures[fmt] = {key: round(statistics.median(r[key] for r in runs[fmt]), 3)
+                        for key in ("start_s", "first_trigger_ms", "trigger_ms")}
+        figures[fmt].update({phase: statistics.median(r["phases_ms"][phase] for r in runs[fmt])
+                             for phase in _PHASES})
+    return {"mode": "stream-triggers", "value_bytes": size, "codec": codec, **figures}
 
 
 def _print_row(row: dict[str, Any]) -> None:
@@ -370,13 +421,15 @@ def main() -> int:
                     results["throughput"].append(row)
                     _print_row(row)
                 if mode == "stream":
-                    starts = {fmt: statistics.median(r["start_s"] for r in runs[mode][fmt])
-                              for fmt in FORMATS}
-                    results["throughput"].append({"mode": "stream-start", "value_bytes": size,
-                                                  "codec": codec, "start_s": starts})
-                    print(f"{'stream-start':18} {size:5} B {codec:5}  start() to first "
-                          f"trigger: pykafka {starts['pykafka']:.2f} s  kafka "
-                          f"{starts['kafka']:.2f} s", flush=True)
+                    row = _trigger_row(size, codec, runs[mode])
+                    results["throughput"].append(row)
+                    for fmt in FORMATS:
+                        print(f"{'stream-triggers':18} {size:5} B {codec:5}  {fmt:8} start() to "
+                              "first trigger {start_s:.2f} s, first trigger {first_trigger_ms:.0f} "
+                              "ms, later triggers {trigger_ms:.0f} ms; per trigger: latestOffset "
+                              "{latestOffset:.0f}, queryPlanning {queryPlanning:.0f}, addBatch "
+                              "{addBatch:.0f}, walCommit + commitOffsets {logs:.0f} ms"
+                              .format(**row[fmt]), flush=True)
         if not args.skip_overhead:
             floor_source.register(spark)
             for fmt in (*FORMATS, FLOOR):
