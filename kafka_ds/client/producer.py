@@ -48,6 +48,7 @@ from kafka_ds.client.transactions import TransactionManager, complete_transactio
 from kafka_ds.net.clock import SYSTEM_CLOCK, Clock
 from kafka_ds.protocol.accumulator import (
     RECORD_OVERHEAD_BOUND,
+    ProducerBatch,
     RecordAccumulator,
     record_bytes_bound,
 )
@@ -78,6 +79,48 @@ def _as_bytes(value: Any, what: str) -> bytes:
                     f"{type(value).__name__}: serialise it first")
 
 
+class _StickyState:
+    """send()'s view of a topic's sticky partition, and its fast lane.
+
+    The partitioner is asked only to switch partitions: send() counts the bytes. While
+    ``batch`` is set, records of the common shape join it without other bookkeeping (the
+    lane): the bytes they add to the batch count against the sticky partition too.
+    """
+
+    __slots__ = ("base_bytes", "batch", "counted", "known", "limit_bytes", "partition",
+                 "switch_at_bytes")
+
+    def __init__(self, partition: int, counted: int, known: int) -> None:
+        self.partition = partition
+        self.counted = counted  # bytes sent to it, but for the lane's (see counted_bytes)
+        self.known = known  # bytes the partitioner has counted
+        self.batch: ProducerBatch | None = None  # the open batch the lane appends to
+        self.base_bytes = 0  # batch.size_bytes when the lane opened
+        # The lane takes a record while batch.size_bytes is below switch_at_bytes (the
+        # partition has had less than batch.size) and the record keeps it within
+        # limit_bytes (the batch's room, and the largest record send() accepts).
+        self.switch_at_bytes = 0
+        self.limit_bytes = -1
+
+    def counted_bytes(self) -> int:
+        """Bytes sent to the partition, the lane's included."""
+        batch = self.batch
+        return self.counted if batch is None else \
+            self.counted + batch.size_bytes - self.base_bytes
+
+    def close_lane(self) -> None:
+        self.counted = self.counted_bytes()
+        self.batch = None
+        self.limit_bytes = -1
+
+    def open_lane(self, batch: ProducerBatch, batch_size_bytes: int, size_limit: int) -> None:
+        """(Under the producer's lock) appends of the lane go to ``batch`` from now on."""
+        self.batch = batch
+        self.base_bytes = batch.size_bytes
+        self.switch_at_bytes = batch.size_bytes + batch_size_bytes - self.counted
+        self.limit_bytes = min(batch.limit_bytes, size_limit)
+
+
 class Producer:
     """Sends records to Kafka. Thread-safe: many threads may call ``send`` at once."""
 
@@ -106,9 +149,9 @@ class Producer:
                                            state, cfg.retry_backoff_ms)
             self._sender.txn = self._txn
         self._sticky = StickyPartitioner(max(cfg.batch_size_bytes, 1))
-        # topic -> [partition, bytes counted, bytes the partitioner knows]: send() counts
-        # here and asks the partitioner only to switch.
-        self._sticky_fast: dict[str, list[int]] = {}
+        # topic -> the sticky partition send() fills: send() counts its bytes here and asks
+        # the partitioner only to switch.
+        self._sticky_fast: dict[str, _StickyState] = {}
         self._batch_size_bytes = max(cfg.batch_size_bytes, 1)
         # Records above this cannot be sent at all: refused in send(), as Java does.
         self._size_limit = min(cfg.max_request_size_bytes, cfg.buffer_memory_bytes)
@@ -130,6 +173,51 @@ class Producer:
         Blocks (up to ``max.block.ms``) only to learn a new topic's partitions or while
         ``buffer.memory`` is full.
         """
+        # The common record (bytes value; no key, headers, partition or timestamp) joins the
+        # open batch of its topic's sticky partition through the lane: a clock read, one lock
+        # and two list appends. Anything else, or a record the lane cannot take, goes to
+        # _send(), which makes every check in full (and opens the next lane).
+        if (key is None and partition is None and timestamp_ms is None and headers is None
+                and type(value) is bytes):
+            lane = self._sticky_fast.get(topic)
+            if lane is not None and (batch := lane.batch) is not None:
+                size = RECORD_OVERHEAD_BOUND + len(value)
+                timestamp_ms = _time_ns() // 1_000_000
+                accumulator = self._accumulator
+                txn = self._txn
+                lock = self._lock
+                lock.acquire()  # cheaper than `with`, and this is once per record
+                filled = batch.size_bytes
+                if (filled < lane.switch_at_bytes and filled + size <= lane.limit_bytes
+                        and not batch.closed
+                        and accumulator.used_bytes + size <= accumulator.buffer_memory_bytes
+                        and (txn is None or txn.machine.state is TxnState.IN_TRANSACTION)):
+                    values = batch.values
+                    index = len(values)
+                    values.append(value)
+                    batch.timestamps.append(timestamp_ms)
+                    if batch.keys is not None:
+                        batch.keys.append(None)
+                    if batch.headers is not None:
+                        batch.headers.append(())
+                    batch.size_bytes = filled + size
+                    accumulator.used_bytes += size
+                    if callback is not None:
+                        if batch.callbacks is None:
+                            batch.callbacks = []
+                        batch.callbacks.append((index, callback))
+                    if txn is not None:
+                        txn.record_count += 1
+                    lock.release()
+                    return RecordFuture(batch, index)
+                lock.release()
+        return self._send(topic, value, key, headers, partition, timestamp_ms, callback)
+
+    def _send(self, topic: str, value: bytes | None, key: bytes | None,
+              headers: Sequence[Header] | None, partition: int | None, timestamp_ms: int | None,
+              callback: Callable[[RecordMetadata | None, BaseException | None], Any] | None,
+              ) -> RecordFuture:
+        """send() in full: any record, and the first of each batch."""
         if self._closed:
             raise KafkaDsError("send() on a closed producer")
         if value is not None and type(value) is not bytes:
@@ -146,15 +234,17 @@ class Producer:
             headers = None
             size = RECORD_OVERHEAD_BOUND + (len(value) if value is not None else 0) + (
                 len(key) if key is not None else 0)
+        sticky = None
         if partition is None:
             if key is None or self._ignore_keys:
-                # The sticky partition's fast path: [partition, bytes sent to it].
                 sticky = self._sticky_fast.get(topic)
-                if sticky is not None and sticky[1] < self._batch_size_bytes:
-                    sticky[1] += size
-                    partition = sticky[0]
-                else:
-                    partition = self._sticky_switch(topic, size)
+                if sticky is not None:
+                    with self._lock:
+                        sticky.close_lane()
+                if sticky is None or sticky.counted >= self._batch_size_bytes:
+                    sticky = self._sticky_switch(topic, size)
+                sticky.counted += size
+                partition = sticky.partition
             else:
                 meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
                 partition = (murmur2(key) & 0x7FFFFFFF) % meta.partition_count
@@ -170,7 +260,7 @@ class Producer:
         if txn is not None and txn.machine.state is not TxnState.IN_TRANSACTION:
             txn.machine.require(TxnState.IN_TRANSACTION, action="send()")
         lock = self._lock
-        lock.acquire()  # cheaper than `with`, and this is once per record
+        lock.acquire()
         try:
             appended = self._accumulator.append(topic, partition, key, value, timestamp_ms,
                                                 headers, size)
@@ -184,6 +274,8 @@ class Producer:
                 batch.callbacks.append((index, callback))
             if txn is not None:
                 txn.record_count += 1
+            if sticky is not None and not self._closed:
+                sticky.open_lane(batch, self._batch_size_bytes, self._size_limit)
         finally:
             lock.release()
         if is_new:
@@ -349,18 +441,24 @@ class Producer:
                     self._await_free_memory(deadline, "send_many()")
 
     def _sticky_sync(self, topic: str, available: tuple[int, ...]) -> None:
-        """Give the bytes counted by send()'s fast path to the partitioner, drop the cache."""
-        state = self._sticky_fast.pop(topic, None)
-        if state is not None and state[1] > state[2]:
-            self._sticky.partition(topic, available, state[1] - state[2])
+        """Give the bytes counted by send() to the partitioner, drop the cache."""
+        with self._lock:
+            state = self._sticky_fast.pop(topic, None)
+            if state is not None:
+                state.close_lane()
+        if state is not None and state.counted > state.known:
+            self._sticky.partition(topic, available, state.counted - state.known)
 
-    def _sticky_switch(self, topic: str, size: int) -> int:
+    def _sticky_switch(self, topic: str, size: int) -> _StickyState:
+        """Ask the partitioner where the next ``size`` bytes of ``topic`` go; cache it."""
         meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
         self._sticky_sync(topic, meta.available)
         partition = self._sticky.partition(topic, meta.available, size)
-        used = self._sticky.used_bytes(topic)
-        self._sticky_fast[topic] = [partition, used, used]
-        return partition
+        # The partitioner counted ``size`` already; send() counts it again (and tells the
+        # partitioner only the difference at the next sync).
+        known = self._sticky.used_bytes(topic)
+        state = self._sticky_fast[topic] = _StickyState(partition, known - size, known)
+        return state
 
     def _wait_for_memory(self, topic: str, partition: int, key: bytes | None,
                          value: bytes | None, timestamp_ms: int, headers: Any, size: int
@@ -425,9 +523,11 @@ class Producer:
         """Send what is queued (waiting up to ``timeout_ms``), then stop. 0 drops it at once."""
         if self._closed:
             return
-        self._closed = True
         with self._lock:
+            self._closed = True
             self._accumulator.closing = True
+            for lane in self._sticky_fast.values():
+                lane.close_lane()  # send() now reaches _send(), which refuses
         force = timeout_ms == 0
         self._sender.initiate_close(force=force)
         self._sender.thread.join(None if timeout_ms is None else timeout_ms / 1000)

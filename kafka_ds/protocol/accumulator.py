@@ -129,7 +129,9 @@ class ProducerBatch:
         self.headers: list[Sequence[Header]] | None = None
         self.callbacks: list[tuple[int, Callable[..., Any]]] | None = None
         self.size_bytes = 0  # estimated uncompressed record bytes (record_bytes_bound sum)
-        self.closed = False  # drained once: never appended to again
+        # Never appended to again: drained, removed from its queue, or no longer the newest
+        # of its partition (the producer's fast path appends to a batch while it is open).
+        self.closed = False
         self.attempts = 0
         self.last_attempt_ms = -1
         # An attempt's reply was lost (timeout, cut connection): the broker may hold it.
@@ -274,6 +276,7 @@ class RecordAccumulator:
                         batch.headers = [()] * index
                     batch.headers.append(headers or ())
                 return batch, index, False
+            batch.closed = True  # full: the new batch takes the partition's records
         if now_ms is None:
             assert self.now_source is not None, "append() needs now_ms or a now_source"
             now_ms = self.now_source()
@@ -312,6 +315,8 @@ class RecordAccumulator:
                 room = batch.limit_bytes - batch.size_bytes
                 fit = bisect.bisect_right(cumulative, base + room, position, stop + 1) - 1
             if fit == position:
+                if batch is not None:
+                    batch.closed = True
                 batch = self._new_batch(topic, partition, now_ms)
                 queue.append(batch)
                 fit = max(bisect.bisect_right(cumulative, base + batch.limit_bytes, position,
@@ -498,7 +503,9 @@ class RecordAccumulator:
         for partitions in self._queues.values():
             for queue in partitions.values():
                 while queue and queue[0].delivery_deadline_ms <= now_ms:
-                    out.append(queue.popleft())
+                    batch = queue.popleft()
+                    batch.closed = True
+                    out.append(batch)
                 # A later batch can expire before an earlier retry's deadline only if the
                 # clock jumped; checking the heads keeps this O(partitions).
         return out
@@ -510,7 +517,11 @@ class RecordAccumulator:
             for partition, queue in partitions.items():
                 keep: deque[ProducerBatch] = deque()
                 for batch in queue:
-                    (out if predicate(batch) else keep).append(batch)
+                    if predicate(batch):
+                        batch.closed = True
+                        out.append(batch)
+                    else:
+                        keep.append(batch)
                 partitions[partition] = keep
         return out
 
