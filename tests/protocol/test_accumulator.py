@@ -142,3 +142,31 @@ def test_compression_ratio_estimate_moves_in_bounded_steps() -> None:
                                                                / (0.25 * 1.05))
     ratios.reset("t", codec, 0.5)
     assert ratios.estimate("t", codec) == 1.0
+
+
+def test_a_batch_that_stops_being_the_open_one_is_closed() -> None:
+    """The producer's lane appends to a batch while it is not closed: every way a batch stops
+    being its partition's newest queued one must close it, or records would land behind
+    newer ones (or in a batch nobody sends)."""
+    acc = _accumulator()
+    first = acc.append("t", 0, None, VALUE, 1, None, SIZE, now_ms=0)
+    assert first is not None and not first[0].closed
+    # Full: a record that does not fit opens the next batch.
+    appended = [acc.append("t", 0, None, VALUE, 1, None, SIZE, now_ms=0) for _ in range(10)]
+    assert first[0].closed and appended[-1] is not None and not appended[-1][0].closed
+    # append_many opening a batch closes the one it could not fill.
+    open_batch = appended[-1][0]
+    touched: list = []
+    values = [VALUE] * 10
+    cumulative = [SIZE * i for i in range(11)]
+    acc.append_many("t", 0, None, values, [1] * 10, cumulative, 0, 0, touched)
+    assert open_batch in touched and open_batch.closed and not touched[-1].closed
+    # Expired while still open (queued alone, linger not passed).
+    late = acc.append("t", 1, None, VALUE, 1, None, SIZE, now_ms=0)
+    assert late is not None and not late[0].closed
+    assert late[0] in acc.expired(5_000) and late[0].closed
+    # Removed (an abort drops batches never sent).
+    dropped = acc.append("t", 2, None, VALUE, 1, None, SIZE, now_ms=6_000)
+    assert dropped is not None
+    assert acc.remove_queued(lambda batch: batch.partition == 2) == [dropped[0]]
+    assert dropped[0].closed
