@@ -12,7 +12,10 @@ records/s from the first ``send`` to the end of ``flush`` (transactional: to the
 transaction per 50,000 records). Every client gets linger.ms=5 and batch.size=256 KiB, one
 partition, unkeyed 100-byte or 1 KiB values. ``ours-bulk`` is ``Producer.send_many`` (one
 call per 10,000 records, the path the Spark sink uses); ``ours`` is plain per-record
-``send()``.
+``send()``. Next to the rates it prints the CPU time of the benchmark process per record
+(``time.process_time``, every thread: ours includes its sender thread, confluent-kafka its
+librdkafka threads), which the load of a shared machine disturbs less than wall time. After
+each run the topic's end offset is checked: every record (and each commit marker) is there.
 """
 
 from __future__ import annotations
@@ -27,14 +30,19 @@ from typing import Any
 
 TXN_CHUNK = 50_000
 COMMON = {"linger.ms": "5", "batch.size": str(256 * 1024)}
+# CPU microseconds per record of the last _timed run (the client functions return only the
+# rate: report_cases calls them too).
+last_cpu_us_per_record = 0.0
 
 
 def _timed(values: list[bytes], txn: bool, send_chunk: Callable[[list[bytes]], None],
            begin: Callable[[], None], commit: Callable[[], None],
            flush: Callable[[], None]) -> float:
     """records/s from the first send to the end of flush (of commit, when transactional)."""
+    global last_cpu_us_per_record
     chunk_size = TXN_CHUNK if txn else len(values)
     start = time.perf_counter()
+    start_cpu = time.process_time()
     for chunk_start in range(0, len(values), chunk_size):
         if txn:
             begin()
@@ -42,7 +50,24 @@ def _timed(values: list[bytes], txn: bool, send_chunk: Callable[[list[bytes]], N
         if txn:
             commit()
     flush()
+    last_cpu_us_per_record = (time.process_time() - start_cpu) * 1e6 / len(values)
     return len(values) / (time.perf_counter() - start)
+
+
+def _verify(bootstrap: str, topic: str, records: int, txn: bool) -> None:
+    """The topic ends where it must: the warm-up, every record and (transactional) one commit
+    marker per transaction, the warm-up's included."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    expected = 1 + records + ((-(-records // TXN_CHUNK) + 1) if txn else 0)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-verify"})
+    try:
+        _, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+    finally:
+        consumer.close()
+    if end != expected:
+        raise AssertionError(f"{topic} ends at offset {end}, expected {expected}: records lost "
+                             "or written twice")
 
 
 def _each(send: Callable[[str, bytes], Any], topic: str) -> Callable[[list[bytes]], None]:
@@ -174,11 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         header = f"{'scenario':34}" + "".join(f"{name:>14}" for name in clients)
         header += "   ours/confluent  ours/kafka-python  bulk/confluent"
+        header += "".join(f"  {name + ' cpu us/rec':>22}" for name in clients)
         print(header)
         for mode in args.modes:
             for size in args.sizes:
                 for codec in args.codecs:
                     rates: dict[str, list[float]] = {name: [] for name in clients}
+                    cpu: dict[str, list[float]] = {name: [] for name in clients}
                     for _ in range(args.runs):
                         for name in clients:
                             topic = f"bench-{uuid.uuid4().hex[:10]}"
@@ -189,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                                       for i in range(count)]
                             rates[name].append(CLIENTS[name](bootstrap, topic, values, codec,
                                                              mode == "transactional"))
+                            cpu[name].append(last_cpu_us_per_record)
+                            _verify(bootstrap, topic, count, mode == "transactional")
                     medians = {name: statistics.median(r) for name, r in rates.items()}
                     line = f"{mode + ' ' + str(size) + 'B ' + codec:34}"
                     line += "".join(f"{medians[name]:>14,.0f}" for name in clients)
@@ -200,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                         else:
                             line += f"{'-':>17}"
                     del ours
+                    line += "".join(f"{statistics.median(cpu[name]):>24.2f}" for name in clients)
                     print(line, flush=True)
     finally:
         if cluster is not None:
