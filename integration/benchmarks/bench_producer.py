@@ -60,9 +60,15 @@ def _verify(bootstrap: str, topic: str, records: int, txn: bool) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
     expected = 1 + records + ((-(-records // TXN_CHUNK) + 1) if txn else 0)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-verify"})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-verify",
+                         "isolation.level": "read_uncommitted"})
+    deadline = time.monotonic() + 30  # the coordinator writes commit markers after EndTxn
     try:
-        _, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        while True:
+            _, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+            if end >= expected or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
     finally:
         consumer.close()
     if end != expected:
