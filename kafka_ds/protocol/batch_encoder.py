@@ -59,6 +59,8 @@ def _varint(value: int) -> bytes:
 
 
 _TABLE = [_varint(value) for value in range(_TABLE_SIZE)]
+# Offset deltas whose varint has the same width (1, 2 and 3 bytes) within the table.
+_OFFSET_WIDTH_RANGES = ((0, 64), (64, 8192), (8192, _TABLE_SIZE))
 
 
 def _encode_table(values: Sequence[bytes | None], timestamps: Sequence[int],
@@ -109,28 +111,52 @@ def _encode_table(values: Sequence[bytes | None], timestamps: Sequence[int],
 def _encode_table_unkeyed(values: Sequence[bytes], timestamps: Sequence[int]) -> bytes:
     """The hot shape (no keys, no nulls, no headers); raises on anything else.
 
-    Consecutive records usually share their timestamp delta and value length, so the bytes
-    before and after the offset delta are rebuilt only when one of those changes (or the
-    offset delta grows a byte, at 64 and 8192): per record, five references are appended.
+    Consecutive records usually share their timestamp and value length, so the bytes before
+    and after the offset delta are rebuilt only when one of those changes; the offset delta
+    widens at 64 and 8192, so each range of one width is a loop of its own. Per record, four
+    references are appended: [0 (the previous record's headers count), length, attributes,
+    timestamp delta], offset delta, [null key, value length], value.
     """
+    count = len(values)
+    if len(timestamps) != count:
+        raise ValueError(f"{count} values but {len(timestamps)} timestamps")
+    if count > _TABLE_SIZE:
+        raise IndexError(count)
     table = _TABLE
     base = timestamps[0]
     parts: list[bytes] = []
     extend = parts.extend
-    previous_delta = previous_length = -1
-    head = tail = b""
-    for index, (value, stamp) in enumerate(zip(values, timestamps, strict=True)):
-        delta = stamp - base
-        length = len(value)
-        if delta != previous_delta or length != previous_length or index in (64, 8192):
-            if delta < 0:
-                raise IndexError(delta)
-            previous_delta, previous_length = delta, length
-            delta_bytes = table[delta]
-            tail = b"\x01" + table[length]  # null key, then the value length
-            body = 2 + len(delta_bytes) + len(table[index]) + len(tail) + length
-            head = table[body] + b"\x00" + delta_bytes  # length, attributes, timestamp delta
-        extend((head, table[index], tail, value, b"\x00"))  # ..., header count 0
+    for start, stop in _OFFSET_WIDTH_RANGES:
+        if start >= count:
+            break
+        offset_width = len(table[start])
+        previous_stamp = previous_length = -1
+        head = tail = delta_bytes = b""
+        # (head, tail) by value length, for the current timestamp: lengths often recur.
+        pieces: dict[int, tuple[bytes, bytes]] = {}
+        for value, stamp, offset_bytes in zip(values[start:stop], timestamps[start:stop],
+                                              table[start:stop]):
+            length = len(value)
+            if length != previous_length or stamp != previous_stamp:
+                if stamp != previous_stamp:
+                    delta = stamp - base
+                    if delta < 0:
+                        raise IndexError(delta)
+                    delta_bytes = table[delta]
+                    previous_stamp = stamp
+                    pieces = {}
+                previous_length = length
+                known = pieces.get(length)
+                if known is None:
+                    tail = b"\x01" + table[length]  # null key, then the value length
+                    body = 2 + len(delta_bytes) + offset_width + len(tail) + length
+                    head = b"\x00" + table[body] + b"\x00" + delta_bytes
+                    pieces[length] = (head, tail)
+                else:
+                    head, tail = known
+            extend((head, offset_bytes, tail, value))
+    parts[0] = parts[0][1:]  # the first record has no record before it
+    parts.append(b"\x00")  # the last record's headers count
     return b"".join(parts)
 
 

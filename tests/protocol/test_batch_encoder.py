@@ -57,3 +57,13 @@ def test_uniform_batches_across_varint_widths(count: int) -> None:
     values = [b"same-size-value"] * count
     timestamps = [BASE_MS] * (count // 2) + [BASE_MS + 100] * (count - count // 2)
     assert batch_encoder.encode_section(values, timestamps) == _reference(values, timestamps)
+
+
+@pytest.mark.parametrize("count", [1, 2, 64, 65, 2000, 8193])
+def test_unkeyed_batches_with_recurring_lengths_and_rising_timestamps(count: int) -> None:
+    """The per-record producer's usual batch: values of a few recurring lengths, timestamps
+    that rise a millisecond every few records (the encoder reuses pieces across both)."""
+    rng = random.Random(count)
+    values = [rng.randbytes(rng.choice([0, 5, 100, 100, 100, 3000])) for _ in range(count)]
+    timestamps = [BASE_MS + index // 7 for index in range(count)]
+    assert batch_encoder.encode_section(values, timestamps) == _reference(values, timestamps)
