@@ -87,8 +87,7 @@ class _StickyState:
     lane): the bytes they add to the batch count against the sticky partition too.
     """
 
-    __slots__ = ("base_bytes", "batch", "counted", "known", "limit_bytes", "partition",
-                 "switch_at_bytes")
+    __slots__ = ("base_bytes", "batch", "counted", "known", "partition", "stop_bytes")
 
     def __init__(self, partition: int, counted: int, known: int) -> None:
         self.partition = partition
@@ -96,11 +95,10 @@ class _StickyState:
         self.known = known  # bytes the partitioner has counted
         self.batch: ProducerBatch | None = None  # the open batch the lane appends to
         self.base_bytes = 0  # batch.size_bytes when the lane opened
-        # The lane takes a record while batch.size_bytes is below switch_at_bytes (the
-        # partition has had less than batch.size) and the record keeps it within
-        # limit_bytes (the batch's room, and the largest record send() accepts).
-        self.switch_at_bytes = 0
-        self.limit_bytes = -1
+        # The lane takes a record that keeps batch.size_bytes within stop_bytes: the batch's
+        # room, the largest record send() accepts, and batch.size bytes for the partition.
+        # The record that would pass batch.size goes to _send(), which switches partitions.
+        self.stop_bytes = -1
 
     def counted_bytes(self) -> int:
         """Bytes sent to the partition, the lane's included."""
@@ -111,14 +109,14 @@ class _StickyState:
     def close_lane(self) -> None:
         self.counted = self.counted_bytes()
         self.batch = None
-        self.limit_bytes = -1
+        self.stop_bytes = -1
 
     def open_lane(self, batch: ProducerBatch, batch_size_bytes: int, size_limit: int) -> None:
         """(Under the producer's lock) appends of the lane go to ``batch`` from now on."""
         self.batch = batch
         self.base_bytes = batch.size_bytes
-        self.switch_at_bytes = batch.size_bytes + batch_size_bytes - self.counted
-        self.limit_bytes = min(batch.limit_bytes, size_limit)
+        self.stop_bytes = min(batch.limit_bytes, size_limit,
+                              batch.size_bytes + batch_size_bytes - self.counted)
 
 
 class Producer:
@@ -187,30 +185,33 @@ class Producer:
                 txn = self._txn
                 lock = self._lock
                 lock.acquire()  # cheaper than `with`, and this is once per record
-                filled = batch.size_bytes
-                if (filled < lane.switch_at_bytes and filled + size <= lane.limit_bytes
-                        and not batch.closed
-                        and accumulator.used_bytes + size <= accumulator.buffer_memory_bytes
-                        and (txn is None or txn.machine.state is TxnState.IN_TRANSACTION)):
-                    values = batch.values
-                    index = len(values)
-                    values.append(value)
-                    batch.timestamps.append(timestamp_ms)
-                    if batch.keys is not None:
-                        batch.keys.append(None)
-                    if batch.headers is not None:
-                        batch.headers.append(())
-                    batch.size_bytes = filled + size
-                    accumulator.used_bytes += size
-                    if callback is not None:
-                        if batch.callbacks is None:
-                            batch.callbacks = []
-                        batch.callbacks.append((index, callback))
-                    if txn is not None:
-                        txn.record_count += 1
+                try:
+                    filled = batch.size_bytes + size
+                    if (filled <= lane.stop_bytes and not batch.closed
+                            and accumulator.used_bytes + size <= accumulator.buffer_memory_bytes
+                            and (txn is None or txn.machine.state is TxnState.IN_TRANSACTION)):
+                        values = batch.values
+                        index = len(values)
+                        values.append(value)
+                        batch.timestamps.append(timestamp_ms)
+                        if batch.keys is not None:
+                            batch.keys.append(None)
+                        if batch.headers is not None:
+                            batch.headers.append(())
+                        batch.size_bytes = filled
+                        accumulator.used_bytes += size
+                        if callback is not None:
+                            if batch.callbacks is None:
+                                batch.callbacks = []
+                            batch.callbacks.append((index, callback))
+                        if txn is not None:
+                            txn.record_count += 1
+                    else:
+                        index = -1
+                finally:  # free when nothing raises (3.11's zero-cost try)
                     lock.release()
-                    return RecordFuture(batch, index)
-                lock.release()
+                if index >= 0:
+                    return RecordFuture((batch, index))
         return self._send(topic, value, key, headers, partition, timestamp_ms, callback)
 
     def _send(self, topic: str, value: bytes | None, key: bytes | None,
@@ -287,7 +288,7 @@ class Producer:
             if self._sender.polling:
                 self._sender.client.wakeup()
             _yield_gil(0)
-        return RecordFuture(batch, index)
+        return RecordFuture((batch, index))
 
     def send_many(self, topic: str, values: Sequence[bytes | None],
                   keys: Sequence[bytes | None] | None = None, partition: int | None = None,
