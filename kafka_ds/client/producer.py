@@ -67,6 +67,8 @@ __all__ = ["BulkFuture", "Producer", "RecordFuture", "RecordMetadata", "RecordTo
 
 Header = tuple[str, bytes | None]
 _time_ns = time.time_ns
+# A module constant: reading an Enum member off its class costs ~50 ns in Python 3.11.
+_IN_TRANSACTION = TxnState.IN_TRANSACTION
 _yield_gil = time.sleep
 
 
@@ -189,7 +191,7 @@ class Producer:
                     filled = batch.size_bytes + size
                     if (filled <= lane.stop_bytes and not batch.closed
                             and accumulator.used_bytes + size <= accumulator.buffer_memory_bytes
-                            and (txn is None or txn.machine.state is TxnState.IN_TRANSACTION)):
+                            and (txn is None or txn.machine.state is _IN_TRANSACTION)):
                         values = batch.values
                         index = len(values)
                         values.append(value)
@@ -258,7 +260,7 @@ class Producer:
         if size > self._size_limit:
             check_record_size(size, self.config, topic)
         txn = self._txn
-        if txn is not None and txn.machine.state is not TxnState.IN_TRANSACTION:
+        if txn is not None and txn.machine.state is not _IN_TRANSACTION:
             txn.machine.require(TxnState.IN_TRANSACTION, action="send()")
         lock = self._lock
         lock.acquire()
