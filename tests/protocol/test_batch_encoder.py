@@ -67,3 +67,15 @@ def test_unkeyed_batches_with_recurring_lengths_and_rising_timestamps(count: int
     values = [rng.randbytes(rng.choice([0, 5, 100, 100, 100, 3000])) for _ in range(count)]
     timestamps = [BASE_MS + index // 7 for index in range(count)]
     assert batch_encoder.encode_section(values, timestamps) == _reference(values, timestamps)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_unkeyed_batches_with_timestamps_out_of_order(seed: int) -> None:
+    """Threads sending at once can append a record stamped a millisecond before the one
+    ahead of it: runs of equal timestamps are then short, and still encoded exactly."""
+    rng = random.Random(seed)
+    count = rng.choice([9, 100, 3000])
+    values = [rng.randbytes(rng.choice([1, 50, 50, 200])) for _ in range(count)]
+    timestamps = [BASE_MS] + [BASE_MS + rng.randint(0, 3) + index // 20
+                              for index in range(1, count)]
+    assert batch_encoder.encode_section(values, timestamps) == _reference(values, timestamps)
