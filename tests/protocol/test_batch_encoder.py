@@ -59,13 +59,16 @@ def test_uniform_batches_across_varint_widths(count: int) -> None:
     assert batch_encoder.encode_section(values, timestamps) == _reference(values, timestamps)
 
 
+@pytest.mark.parametrize("records_per_ms", [7, 700])
 @pytest.mark.parametrize("count", [1, 2, 64, 65, 2000, 8193])
-def test_unkeyed_batches_with_recurring_lengths_and_rising_timestamps(count: int) -> None:
+def test_unkeyed_batches_with_recurring_lengths_and_rising_timestamps(
+        count: int, records_per_ms: int) -> None:
     """The per-record producer's usual batch: values of a few recurring lengths, timestamps
-    that rise a millisecond every few records (the encoder reuses pieces across both)."""
+    that rise a millisecond every few (short runs, a loop) or many records (long runs, laid
+    out by slices)."""
     rng = random.Random(count)
     values = [rng.randbytes(rng.choice([0, 5, 100, 100, 100, 3000])) for _ in range(count)]
-    timestamps = [BASE_MS + index // 7 for index in range(count)]
+    timestamps = [BASE_MS + index // records_per_ms for index in range(count)]
     assert batch_encoder.encode_section(values, timestamps) == _reference(values, timestamps)
 
 
