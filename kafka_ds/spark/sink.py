@@ -38,6 +38,7 @@ from kafka_ds.spark.sink_options import (
     input_columns,
     parse_sink_options,
 )
+from kafka_ds.spark.sink_memory import reuse_worker_memory
 from kafka_ds.spark.sink_task import write_task
 from kafka_ds.spark.worker_gc import freeze_worker_heap
 
@@ -58,6 +59,8 @@ class _Writer:
         self.transaction_timeout_ms = transaction_timeout_ms
 
     def _write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        if self.options.worker_memory_reuse:  # once per worker, before its first batch
+            reuse_worker_memory()
         message = write_task(iterator, self.options, self.columns, self.sink_id,
                              self.transaction_timeout_ms)
         if self.options.worker_gc_freeze:  # once per worker, after its first write

@@ -42,6 +42,7 @@ INTENT_TOPIC = "intentTopic"
 FAIL_ON_DATA_LOSS = "failOnDataLoss"
 MAX_ROWS_PER_SEND = "maxRowsPerSend"
 WORKER_GC_FREEZE = "workerGcFreeze"
+WORKER_MEMORY_REUSE = "workerMemoryReuse"
 
 # Producer settings the sink chooses when the user did not (kafka.<name> overrides them).
 # Big batches: the columnar encoder's cost is per batch, and the broker's per request.
@@ -82,6 +83,7 @@ class SinkOptions:
     max_rows_per_send: int
     checkpoint_location: str | None = None  # Spark passes it as an option when set so
     worker_gc_freeze: bool = True  # see worker_gc
+    worker_memory_reuse: bool = True  # see sink_memory
 
     @property
     def exactly_once(self) -> bool:
@@ -155,7 +157,8 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         transaction_timeout_ms=timeout_ms,
         fail_on_data_loss=option_bool(lowered, FAIL_ON_DATA_LOSS.lower(), True),
         max_rows_per_send=max_rows, checkpoint_location=lowered.get("checkpointlocation"),
-        worker_gc_freeze=option_bool(lowered, WORKER_GC_FREEZE.lower(), True))
+        worker_gc_freeze=option_bool(lowered, WORKER_GC_FREEZE.lower(), True),
+        worker_memory_reuse=option_bool(lowered, WORKER_MEMORY_REUSE.lower(), True))
 
 
 def _guarantee(raw: str | None) -> Guarantee:
