@@ -200,6 +200,10 @@ class ProducerBatch:
         return (self.keys[index] if self.keys is not None else None, self.values[index],
                 self.timestamps[index], self.headers[index] if self.headers is not None else ())
 
+    def release_payload(self) -> None:
+        """The batch is done: drop its encoded bytes (the records stay for the futures)."""
+        self.encoded = None
+
     def reset_sequence(self) -> None:
         self.producer_id = -1
         self.producer_epoch = -1
@@ -530,6 +534,7 @@ class RecordAccumulator:
 
     def deallocate(self, batch: ProducerBatch) -> None:
         """A batch is complete (acked, failed or expired): free its memory."""
+        batch.release_payload()  # futures keep the batch, not its bytes
         if batch in self.incomplete:
             self.incomplete.discard(batch)
             self.used_bytes -= batch.size_bytes

@@ -351,30 +351,40 @@ class ColumnarBatch(ProducerBatch):
 
     It joins a partition's queue whole (``RecordAccumulator.append_batch``) and never takes
     more records. The sender compresses ``encoded_records.section`` and writes the header
-    (producer id, epoch and sequence are known only when it drains the batch).
+    (producer id, epoch and sequence are known only when it drains the batch). Once the
+    batch is done its section and columns are dropped: a task's futures keep every batch it
+    sent, and would otherwise keep every byte it wrote (its input, the sections and the
+    batches as sent) until its last acknowledgement.
     """
 
-    __slots__ = ("encoded_records",)
+    __slots__ = ("count", "encoded_records")
 
     def __init__(self, topic: str, partition: int, created_ms: int, encoded: EncodedRecords,
                  delivery_deadline_ms: int, result: Any = None) -> None:
         size = len(encoded.section)
         super().__init__(topic, partition, created_ms, size, delivery_deadline_ms, result)
-        self.encoded_records = encoded
+        self.encoded_records: EncodedRecords | None = encoded
+        self.count = encoded.record_count
         self.size_bytes = size
         self.closed = True  # sealed: ready to send, never appended to
 
     @property
     def record_count(self) -> int:
-        return self.encoded_records.record_count
+        return self.count
 
     @property
     def last_sequence(self) -> int:
-        return self.base_sequence + self.encoded_records.record_count - 1
+        return self.base_sequence + self.count - 1
 
     def record(self, index: int) -> tuple[bytes | None, bytes | None, int,
                                           Sequence[tuple[str, bytes | None]]]:
+        if self.encoded_records is None:
+            raise RuntimeError(f"{self!r} is done: its records were released")
         return self.encoded_records.records.record(index)
+
+    def release_payload(self) -> None:
+        super().release_payload()
+        self.encoded_records = None
 
     def __repr__(self) -> str:
         return (f"ColumnarBatch({self.topic}-{self.partition}, {self.record_count} records, "

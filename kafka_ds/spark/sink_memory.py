@@ -34,7 +34,7 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 # glibc refuses an mmap threshold above HEAP_MAX_SIZE / 2 (32 MiB on 64-bit systems).
 _MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
-_TRIM_THRESHOLD_BYTES = 256 * 1024 * 1024
+_TRIM_THRESHOLD_BYTES = 128 * 1024 * 1024
 
 _done = False
 
