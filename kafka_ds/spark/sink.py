@@ -31,6 +31,7 @@ from kafka_ds.client.config import ClientConfig
 from kafka_ds.protocol.errors import BrokerError, KafkaDsError
 from kafka_ds.spark.options import KafkaOptionError
 from kafka_ds.spark.sink_commit import BatchCommit
+from kafka_ds.spark.sink_memory import reuse_worker_memory
 from kafka_ds.spark.sink_options import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     InputColumns,
@@ -38,7 +39,6 @@ from kafka_ds.spark.sink_options import (
     input_columns,
     parse_sink_options,
 )
-from kafka_ds.spark.sink_memory import reuse_worker_memory
 from kafka_ds.spark.sink_task import write_task
 from kafka_ds.spark.worker_gc import freeze_worker_heap
 
