@@ -345,6 +345,13 @@ def _print_row(size: int, codec: str, rows: int, medians: dict[str, Any]) -> Non
     print("        CPU us/row (broker / Spark JVM / Python workers): " + " | ".join(
         f"{writer} {cpu[writer]['broker']:.2f} / {cpu[writer]['jvm']:.2f} / "
         f"{cpu[writer]['python']:.2f}" for writer in WRITERS), flush=True)
+    # When the cores are the limit, rates go as 1 / CPU per row. Even a sink whose own work
+    # cost nothing would pay Spark's JVM -> Arrow -> Python path (noop) and the broker.
+    totals = {writer: sum(cpu[writer].values()) for writer in WRITERS}
+    floor = totals["noop"] + cpu["eos"]["broker"]
+    print(f"        CPU us/row in all: jvm {totals['jvm']:.2f} | eos {totals['eos']:.2f} "
+          f"(jvm/eos {totals['jvm'] / totals['eos']:.2f}x) | ceiling if the sink's own work "
+          f"were free (noop + broker): {totals['jvm'] / floor:.2f}x", flush=True)
 
 
 if __name__ == "__main__":
