@@ -121,7 +121,7 @@ def test_each_documented_sink_option_changes_what_is_parsed(name: str) -> None:
               "topic": "t", "deliveryguarantee": "at-least-once",
               "transactionalidprefix": "app", "intenttopic": "app-intents",
               "failondataloss": "false", "maxrowspersend": "10", "checkpointlocation": "/c",
-              "workergcfreeze": "false"}
+              "workergcfreeze": "false", "workermemoryreuse": "false"}
     with_option = sink_options.parse_sink_options(base | {name: values[name.lower()]})
     without = sink_options.parse_sink_options(base)
     assert with_option != without
