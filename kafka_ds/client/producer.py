@@ -47,11 +47,11 @@ from kafka_ds.client.delivery import (
 )
 from kafka_ds.client.producer_config import ProducerConfig
 from kafka_ds.client.sender import Sender, TopicMeta
+from kafka_ds.client.sticky_lane import StickyLane
 from kafka_ds.client.transactions import TransactionManager, complete_transaction
 from kafka_ds.net.clock import SYSTEM_CLOCK, Clock
 from kafka_ds.protocol.accumulator import (
     RECORD_OVERHEAD_BOUND,
-    ProducerBatch,
     RecordAccumulator,
     record_bytes_bound,
 )
@@ -84,46 +84,6 @@ def _as_bytes(value: Any, what: str) -> bytes:
                     f"{type(value).__name__}: serialise it first")
 
 
-class _StickyState:
-    """send()'s view of a topic's sticky partition, and its fast lane.
-
-    The partitioner is asked only to switch partitions: send() counts the bytes. While
-    ``batch`` is set, records of the common shape join it without other bookkeeping (the
-    lane): the bytes they add to the batch count against the sticky partition too.
-    """
-
-    __slots__ = ("base_bytes", "batch", "counted", "known", "partition", "stop_bytes")
-
-    def __init__(self, partition: int, counted: int, known: int) -> None:
-        self.partition = partition
-        self.counted = counted  # bytes sent to it, but for the lane's (see counted_bytes)
-        self.known = known  # bytes the partitioner has counted
-        self.batch: ProducerBatch | None = None  # the open batch the lane appends to
-        self.base_bytes = 0  # batch.size_bytes when the lane opened
-        # The lane takes a record that keeps batch.size_bytes within stop_bytes: the batch's
-        # room, the largest record send() accepts, and batch.size bytes for the partition.
-        # The record that would pass batch.size goes to _send(), which switches partitions.
-        self.stop_bytes = -1
-
-    def counted_bytes(self) -> int:
-        """Bytes sent to the partition, the lane's included."""
-        batch = self.batch
-        return self.counted if batch is None else \
-            self.counted + batch.size_bytes - self.base_bytes
-
-    def close_lane(self) -> None:
-        self.counted = self.counted_bytes()
-        self.batch = None
-        self.stop_bytes = -1
-
-    def open_lane(self, batch: ProducerBatch, batch_size_bytes: int, size_limit: int) -> None:
-        """(Under the producer's lock) appends of the lane go to ``batch`` from now on."""
-        self.batch = batch
-        self.base_bytes = batch.size_bytes
-        self.stop_bytes = min(batch.limit_bytes, size_limit,
-                              batch.size_bytes + batch_size_bytes - self.counted)
-
-
 class Producer:
     """Sends records to Kafka. Thread-safe: many threads may call ``send`` at once."""
 
@@ -154,7 +114,7 @@ class Producer:
         self._sticky = StickyPartitioner(max(cfg.batch_size_bytes, 1))
         # topic -> the sticky partition send() fills: send() counts its bytes here and asks
         # the partitioner only to switch.
-        self._sticky_fast: dict[str, _StickyState] = {}
+        self._sticky_fast: dict[str, StickyLane] = {}
         self._batch_size_bytes = max(cfg.batch_size_bytes, 1)
         # Records above this cannot be sent at all: refused in send(), as Java does.
         self._size_limit = min(cfg.max_request_size_bytes, cfg.buffer_memory_bytes)
@@ -206,9 +166,7 @@ class Producer:
                         batch.size_bytes = filled
                         accumulator.used_bytes += size
                         if callback is not None:
-                            if batch.callbacks is None:
-                                batch.callbacks = []
-                            batch.callbacks.append((index, callback))
+                            batch.add_callback(index, callback)
                         if txn is not None:
                             txn.record_count += 1
                     else:
@@ -275,9 +233,7 @@ class Producer:
                                                  headers, size)
             batch, index, is_new = appended
             if callback is not None:
-                if batch.callbacks is None:
-                    batch.callbacks = []
-                batch.callbacks.append((index, callback))
+                batch.add_callback(index, callback)
             if txn is not None:
                 txn.record_count += 1
             if sticky is not None and not self._closed:
@@ -455,7 +411,7 @@ class Producer:
         if state is not None and state.counted > state.known:
             self._sticky.partition(topic, available, state.counted - state.known)
 
-    def _sticky_switch(self, topic: str, size: int) -> _StickyState:
+    def _sticky_switch(self, topic: str, size: int) -> StickyLane:
         """Ask the partitioner where the next ``size`` bytes of ``topic`` go; cache it."""
         meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
         self._sticky_sync(topic, meta.available)
@@ -463,7 +419,7 @@ class Producer:
         # The partitioner counted ``size`` already; send() counts it again (and tells the
         # partitioner only the difference at the next sync).
         known = self._sticky.used_bytes(topic)
-        state = self._sticky_fast[topic] = _StickyState(partition, known - size, known)
+        state = self._sticky_fast[topic] = StickyLane(partition, known - size, known)
         return state
 
     def _wait_for_memory(self, topic: str, partition: int, key: bytes | None,

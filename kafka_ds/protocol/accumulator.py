@@ -200,6 +200,12 @@ class ProducerBatch:
         return (self.keys[index] if self.keys is not None else None, self.values[index],
                 self.timestamps[index], self.headers[index] if self.headers is not None else ())
 
+    def add_callback(self, index: int, callback: Callable[..., Any]) -> None:
+        """Run ``callback`` for record ``index`` when the batch completes."""
+        if self.callbacks is None:
+            self.callbacks = []
+        self.callbacks.append((index, callback))
+
     def release_payload(self) -> None:
         """The batch is done: drop its encoded bytes (the records stay for the futures)."""
         self.encoded = None
