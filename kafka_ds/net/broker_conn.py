@@ -74,7 +74,7 @@ from kafka_ds.protocol.errors import (
 from kafka_ds.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kafka_ds.protocol.sasl import SaslAuthentication, reauthentication_delay_ms
 from kafka_ds.protocol.schema import ApiMessage, Request
-from kafka_ds.protocol.supported import SUPPORTED_VERSIONS
+from kafka_ds.protocol.supported_versions import SUPPORTED_VERSIONS
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """Every message class this library declares, and the version range it speaks for each API.
 
 Layer: protocol. Importing this module imports every message schema, which is why it is
-separate from ``api_keys`` (which the schemas themselves import).
+separate from ``api_keys`` (which the schemas themselves import). Connections negotiate with
+the plain table in ``supported_versions`` instead; tests hold the two equal.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def message_classes() -> list[type[ApiMessage]]:
     return sorted(found, key=lambda cls: cls.__name__)
 
 
-SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    int(cls.API_KEY): cls.VALID_VERSIONS for cls in message_classes() if issubclass(cls, Request)
-}
+def declared_versions() -> dict[int, tuple[int, int]]:
+    """The version range of every request class, by API key: what the schemas declare."""
+    return {int(cls.API_KEY): cls.VALID_VERSIONS
+            for cls in message_classes() if issubclass(cls, Request)}
