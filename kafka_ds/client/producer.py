@@ -99,7 +99,8 @@ class Producer:
             batch_size_bytes=max(cfg.batch_size_bytes, 1), linger_ms=cfg.linger_ms,
             buffer_memory_bytes=cfg.buffer_memory_bytes, compression=cfg.compression,
             retry_backoff_ms=cfg.retry_backoff_ms, delivery_timeout_ms=cfg.delivery_timeout_ms,
-            new_result=BatchResult, now_source=clock.monotonic_ms)
+            new_result=BatchResult, now_source=clock.monotonic_ms,
+            max_batch_uncompressed_bytes=cfg.max_request_size_bytes)
         state = None
         if cfg.enable_idempotence:
             state = ProducerState(transactional=cfg.transactional, max_in_flight=cfg.max_in_flight)
@@ -360,8 +361,7 @@ class Producer:
         chosen = choose_partitions(records, sizes, topic, meta.partition_count, meta.available,
                                    self._sticky, explicit=partitions,
                                    ignore_keys=self._ignore_keys)
-        limit_bytes = self._accumulator.ratios.batch_limit_bytes(
-            topic, self.config.compression, self._batch_size_bytes)
+        limit_bytes = self._accumulator.batch_limit_bytes(topic)
         touched: list[Any] = []
         deadline = time.monotonic() + self.config.max_block_ms / 1000
         for partition, encoded in encode_partitioned(records, sizes, chosen, limit_bytes):

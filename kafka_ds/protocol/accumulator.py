@@ -225,8 +225,16 @@ class RecordAccumulator:
                  delivery_timeout_ms: int = 120_000,
                  new_result: Callable[[], Any] = lambda: None,
                  ratios: CompressionRatioEstimator | None = None,
-                 now_source: Callable[[], int] | None = None) -> None:
+                 now_source: Callable[[], int] | None = None,
+                 max_batch_uncompressed_bytes: int | None = None) -> None:
         self.batch_size_bytes = batch_size_bytes
+        # Records wait here uncompressed (and count so against buffer.memory) until the
+        # sender encodes their batch. Data that compresses 100:1 would let the ratio estimate
+        # open batches of ~100 x batch.size: tens of MB held, encoded and compressed in one
+        # piece (the sender holds the GIL while it encodes), and as much for the broker and
+        # every consumer to decompress at once. The producer bounds them by max.request.size.
+        self.max_batch_uncompressed_bytes = max(
+            max_batch_uncompressed_bytes or (1 << 62), batch_size_bytes)
         self.linger_ms = linger_ms
         self.buffer_memory_bytes = buffer_memory_bytes
         self.compression = int(compression)
@@ -361,8 +369,15 @@ class RecordAccumulator:
         self.incomplete.add(batch)
         return True
 
-    def _new_batch(self, topic: str, partition: int, now_ms: int) -> ProducerBatch:
+    def batch_limit_bytes(self, topic: str) -> int:
+        """The estimated uncompressed bytes a new batch of ``topic`` may hold: ``batch.size``
+        on the wire (the compression-ratio estimate scales it), at most
+        ``max_batch_uncompressed_bytes``."""
         limit = self.ratios.batch_limit_bytes(topic, self.compression, self.batch_size_bytes)
+        return min(limit, self.max_batch_uncompressed_bytes)
+
+    def _new_batch(self, topic: str, partition: int, now_ms: int) -> ProducerBatch:
+        limit = self.batch_limit_bytes(topic)
         batch = ProducerBatch(topic, partition, now_ms, limit,
                               now_ms + self.delivery_timeout_ms, self.new_result())
         batch.order = (next(self._created),)
@@ -465,8 +480,7 @@ class RecordAccumulator:
         """Split a batch the broker found too large into batches of ``batch.size``; they go
         to the front of the queue, unsequenced, and keep the original's delivery deadline."""
         pieces: list[ProducerBatch] = []
-        limit = max(self.ratios.batch_limit_bytes(batch.topic, self.compression,
-                                                  self.batch_size_bytes), 1)
+        limit = max(self.batch_limit_bytes(batch.topic), 1)
         current: ProducerBatch | None = None
         for index in range(batch.record_count):
             key, value, timestamp, headers = batch.record(index)

@@ -144,6 +144,33 @@ def test_compression_ratio_estimate_moves_in_bounded_steps() -> None:
     assert ratios.estimate("t", codec) == 1.0
 
 
+def test_well_compressed_data_grows_batches_only_up_to_the_uncompressed_cap() -> None:
+    """At a 1:100 ratio the estimate alone would open batches of ~100 x batch.size; the
+    accumulator stops them at max_batch_uncompressed_bytes (the producer's max.request.size),
+    and never below batch.size."""
+    codec = Compression.ZSTD
+    capped = _accumulator(batch_size_bytes=16_384, buffer_memory_bytes=1 << 30,
+                          compression=codec, max_batch_uncompressed_bytes=100_000)
+    uncapped = _accumulator(batch_size_bytes=16_384, buffer_memory_bytes=1 << 30,
+                            compression=codec)
+    for acc in (capped, uncapped):
+        for _ in range(300):
+            acc.ratios.observe("t", codec, 0.01)
+    assert uncapped.batch_limit_bytes("t") > 1_000_000  # what the estimate alone allows
+    assert capped.batch_limit_bytes("t") == 100_000
+    first = None
+    for index in range(2_000):
+        batch, _, _ = capped.append("t", 0, None, VALUE, index, None, SIZE, now_ms=0)  # type: ignore[misc]
+        first = first or batch
+        if batch is not first:
+            break
+    assert first is not None and first.closed
+    assert 100_000 - SIZE < first.size_bytes <= 100_000
+    # A cap under batch.size is raised to it: batch.size is what the user asked for.
+    small = _accumulator(batch_size_bytes=16_384, max_batch_uncompressed_bytes=1_000)
+    assert small.batch_limit_bytes("t") == 16_384 - HEADER_BYTES
+
+
 def test_a_batch_that_stops_being_the_open_one_is_closed() -> None:
     """The producer's lane appends to a batch while it is not closed: every way a batch stops
     being its partition's newest queued one must close it, or records would land behind
