@@ -8,7 +8,9 @@ A script, not a test::
 Without ``--bootstrap`` it starts a one-node harness broker. Each scenario (value size x codec
 x mode) runs every client ``--runs`` times, alternating clients, and reports the median
 records/s from the first ``send`` to the end of ``flush`` (transactional: to the end of
-``commit``). Modes: ``idempotent`` (acks=all, idempotence on) and ``transactional`` (one
+``commit``). ``--stats`` adds, per client, the records and wire bytes per batch, the
+compression ratio and the Produce requests per second (librdkafka's statistics callback,
+our sender's counters). Modes: ``idempotent`` (acks=all, idempotence on) and ``transactional`` (one
 transaction per 50,000 records). Every client gets linger.ms=5 and batch.size=256 KiB, one
 partition, unkeyed 100-byte or 1 KiB values. ``ours-bulk`` is ``Producer.send_many`` (one
 call per 10,000 records, the path the Spark sink uses); ``ours`` is plain per-record
@@ -33,6 +35,10 @@ COMMON = {"linger.ms": "5", "batch.size": str(256 * 1024)}
 # CPU microseconds per record of the last _timed run (the client functions return only the
 # rate: report_cases calls them too).
 last_cpu_us_per_record = 0.0
+# What the last run sent, per batch and per request (--stats): records/batch, wire
+# bytes/batch, compression ratio, requests/s. None where the client does not tell.
+last_stats: dict[str, float] = {}
+STATS = False  # --stats: librdkafka's statistics callback costs it a little CPU
 
 
 def _timed(values: list[bytes], txn: bool, send_chunk: Callable[[list[bytes]], None],
@@ -101,16 +107,37 @@ def _our_producer(bootstrap: str, topic: str, codec: str, txn: bool) -> Any:
     return producer
 
 
+def _our_stats(producer: Any, before: Any, seconds: float) -> dict[str, float]:
+    """Per-batch figures of the timed part (the warm-up's batch subtracted)."""
+    m = producer._sender.metrics
+    batches = max(m.batches_sent - before[1], 1)
+    return {"records/batch": (m.records_sent - before[0]) / batches,
+            "bytes/batch": (m.batch_bytes - before[2]) / batches,
+            "ratio": (m.compressed_bytes - before[3]) / max(m.uncompressed_bytes - before[4], 1),
+            "requests/s": (m.requests - before[5]) / seconds}
+
+
+def _our_counters(producer: Any) -> tuple[int, ...]:
+    m = producer._sender.metrics
+    return (m.records_sent, m.batches_sent, m.batch_bytes, m.compressed_bytes,
+            m.uncompressed_bytes, m.requests)
+
+
 def _ours(bootstrap: str, topic: str, values: list[bytes], codec: str, txn: bool) -> float:
+    global last_stats
     producer = _our_producer(bootstrap, topic, codec, txn)
+    before = _our_counters(producer)
     rate = _timed(values, txn, _each(producer.send, topic), producer.begin_transaction,
                   producer.commit_transaction, producer.flush)
+    last_stats = _our_stats(producer, before, len(values) / rate)
     producer.close()
     return rate
 
 
 def _ours_bulk(bootstrap: str, topic: str, values: list[bytes], codec: str, txn: bool) -> float:
+    global last_stats
     producer = _our_producer(bootstrap, topic, codec, txn)
+    before = _our_counters(producer)
     step = 10_000  # one call per 10 k records, as the Spark sink hands over Arrow batches
 
     def send_chunk(chunk: list[bytes]) -> None:
@@ -119,17 +146,56 @@ def _ours_bulk(bootstrap: str, topic: str, values: list[bytes], codec: str, txn:
 
     rate = _timed(values, txn, send_chunk, producer.begin_transaction,
                   producer.commit_transaction, producer.flush)
+    last_stats = _our_stats(producer, before, len(values) / rate)
     producer.close()
     return rate
+
+
+class _RdkafkaStats:
+    """Sums librdkafka's statistics windows (``stats_cb``) for the topic under test."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.batch_records = [0, 0]  # sum, count of batchcnt samples
+        self.batch_bytes = [0, 0]
+        self.produce_requests: list[int] = []  # cumulative Produce requests, per window
+        self.counting = False
+
+    def __call__(self, stats_json: str) -> None:
+        import json
+
+        stats = json.loads(stats_json)
+        if not self.counting:
+            return
+        self.produce_requests.append(sum(broker.get("req", {}).get("Produce", 0)
+                                         for broker in stats.get("brokers", {}).values()))
+        topic = stats.get("topics", {}).get(self.topic)
+        if topic is not None:
+            for field, into in (("batchcnt", self.batch_records), ("batchsize", self.batch_bytes)):
+                into[0] += topic[field]["sum"]
+                into[1] += topic[field]["cnt"]
+
+    def result(self, seconds: float) -> dict[str, float]:
+        requests = self.produce_requests[-1] - self.produce_requests[0] \
+            if self.produce_requests else 0
+        return {"records/batch": self.batch_records[0] / max(self.batch_records[1], 1),
+                "bytes/batch": self.batch_bytes[0] / max(self.batch_bytes[1], 1),
+                "ratio": float("nan"), "requests/s": requests / seconds}
 
 
 def _confluent(bootstrap: str, topic: str, values: list[bytes], codec: str, txn: bool) -> float:
     from confluent_kafka import Producer
 
-    props = {"bootstrap.servers": bootstrap, "compression.type": codec, "acks": "all",
-             "enable.idempotence": True, "queue.buffering.max.messages": 1_000_000, **COMMON}
+    global last_stats
+    props: dict[str, Any] = {
+        "bootstrap.servers": bootstrap, "compression.type": codec, "acks": "all",
+        "enable.idempotence": True, "queue.buffering.max.messages": 1_000_000, **COMMON}
     if txn:
         props["transactional.id"] = f"bench-{uuid.uuid4().hex}"
+    stats = _RdkafkaStats(topic)
+    if STATS:
+        props["statistics.interval.ms"] = 50
+        props["stats_cb"] = stats
     producer = Producer(props)
     if txn:
         producer.init_transactions(30)
@@ -148,8 +214,15 @@ def _confluent(bootstrap: str, topic: str, values: list[bytes], codec: str, txn:
                 poll(0.005)
                 produce(topic, value)
 
-    return _timed(values, txn, send_chunk, producer.begin_transaction,
+    stats.counting = True
+    producer.poll(0.06)  # a window that starts the request count
+    rate = _timed(values, txn, send_chunk, producer.begin_transaction,
                   lambda: producer.commit_transaction(60), lambda: producer.flush(120))
+    if STATS:
+        time.sleep(0.12)  # one more statistics window, then hand it over
+        producer.poll(0)
+        last_stats = stats.result(len(values) / rate)
+    return rate
 
 
 def _kafka_python(bootstrap: str, topic: str, values: list[bytes], codec: str,
@@ -190,7 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codecs", nargs="+", default=["none", "lz4", "zstd"])
     parser.add_argument("--modes", nargs="+", default=["idempotent", "transactional"])
     parser.add_argument("--only", default=",".join(CLIENTS))
+    parser.add_argument("--stats", action="store_true",
+                        help="also print what each client sent per batch and per request")
     args = parser.parse_args(argv)
+    global STATS
+    STATS = args.stats
     clients = [name for name in args.only.split(",") if name]
     cluster = None
     bootstrap = args.bootstrap
@@ -212,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                 for codec in args.codecs:
                     rates: dict[str, list[float]] = {name: [] for name in clients}
                     cpu: dict[str, list[float]] = {name: [] for name in clients}
+                    stats: dict[str, list[dict[str, float]]] = {name: [] for name in clients}
                     for _ in range(args.runs):
                         for name in clients:
                             topic = f"bench-{uuid.uuid4().hex[:10]}"
@@ -223,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                             rates[name].append(CLIENTS[name](bootstrap, topic, values, codec,
                                                              mode == "transactional"))
                             cpu[name].append(last_cpu_us_per_record)
+                            stats[name].append(dict(last_stats))
+                            last_stats.clear()
                             _verify(bootstrap, topic, count, mode == "transactional")
                     medians = {name: statistics.median(r) for name, r in rates.items()}
                     line = f"{mode + ' ' + str(size) + 'B ' + codec:34}"
@@ -237,6 +317,13 @@ def main(argv: list[str] | None = None) -> int:
                     del ours
                     line += "".join(f"{statistics.median(cpu[name]):>24.2f}" for name in clients)
                     print(line, flush=True)
+                    if args.stats:
+                        for name in clients:
+                            runs = [run for run in stats[name] if run]
+                            if runs:
+                                print(f"    {name:14}" + "  ".join(
+                                    f"{field} {statistics.median(run[field] for run in runs):,.3g}"
+                                    for field in runs[0]), flush=True)
     finally:
         if cluster is not None:
             cluster.stop()
