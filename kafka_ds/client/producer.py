@@ -168,8 +168,6 @@ class Producer:
                         accumulator.used_bytes += size
                         if callback is not None:
                             batch.add_callback(index, callback)
-                        if txn is not None:
-                            txn.record_count += 1
                     else:
                         index = -1
                 finally:  # free when nothing raises (3.11's zero-cost try)
@@ -235,8 +233,6 @@ class Producer:
             batch, index, is_new = appended
             if callback is not None:
                 batch.add_callback(index, callback)
-            if txn is not None:
-                txn.record_count += 1
             if sticky is not None and not self._closed:
                 sticky.open_lane(batch, self._batch_size_bytes, self._size_limit)
         finally:
@@ -313,9 +309,6 @@ class Producer:
             cumulative = list(itertools.accumulate(group_sizes, initial=0))
             self._append_many(topic, meta, group_partition, group_keys, group_values,
                               group_stamps, cumulative, touched)
-        if txn is not None:
-            with self._lock:
-                txn.record_count += count
         self._sender.client.wakeup()
         return BulkFuture(touched, count)
 
@@ -371,8 +364,6 @@ class Producer:
             with self._lock:
                 while not self._accumulator.append_batch(batch):
                     self._await_free_memory(deadline, "send_arrow()")
-                if txn is not None:
-                    txn.record_count += encoded.record_count
             touched.append(batch)
             # The batch is full by construction: a sleeping sender should send it now (a busy
             # one finds it on its next round, without the syscall; one at the in-flight limit

@@ -587,6 +587,11 @@ class Sender:
         if error is None:
             metrics.records_sent += batch.record_count
             metrics.batches_sent += 1
+            if self.txn is not None:
+                # The transaction's records (its token's record_count), counted here once a
+                # batch rather than in send() once a record: when the transaction is
+                # prepared or committed, every batch of it has been acknowledged.
+                self.txn.record_count += batch.record_count
             metrics.batch_bytes += len(batch.encoded) if batch.encoded is not None else 0
         else:
             metrics.record_errors += batch.record_count
