@@ -9,6 +9,13 @@ Idempotence is on by default, as in Java 3.0+. As in Java 3.2+, settings that co
 it (``acks`` other than all, ``retries=0``, more than 5 requests in flight) turn it off when
 ``enable.idempotence`` was not set explicitly, and are an error when it was set to true or a
 ``transactional.id`` is given.
+
+``batch.size`` bounds a batch's estimated size on the wire, as in Java: with
+``compression.type`` set, records that compress well pack more of them into a batch (the
+estimate follows each topic's observed compression ratio). Records wait uncompressed until the
+sender encodes their batch, and count so against ``buffer.memory``, so a batch never holds more
+than ``max.request.size`` bytes of uncompressed records. librdkafka counts ``batch.size``
+uncompressed: with compressible data our batches hold more records than confluent-kafka's.
 """
 
 from __future__ import annotations
