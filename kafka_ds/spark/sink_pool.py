@@ -61,6 +61,19 @@ def producer(properties: Mapping[str, str]) -> Producer:
     return found
 
 
+def retire_producer(properties: Mapping[str, str]) -> None:
+    """Close a producer nobody will use again, leaving its prepared transaction open.
+
+    A batch write's transactional ids are new for every job: kept in the pool, the producer
+    would hold a sender thread (which wakes 5 times a second) and its broker connections
+    until 32 later producers pushed it out. Closing does not end the transaction: the
+    driver's commit ends it by its token.
+    """
+    found = _producers.pop(_key(properties), None)
+    if found is not None:
+        found.close()
+
+
 def discard_producer(properties: Mapping[str, str]) -> None:
     """Drop a producer after a failure: abort its open transaction if it can, close it."""
     found = _producers.pop(_key(properties), None)

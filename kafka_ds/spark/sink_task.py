@@ -18,7 +18,8 @@ Exactly-once (the protocol is in ``sink_commit``)::
 At-least-once: an idempotent producer without transactions; send, wait, return SENT.
 
 Producers (and the connections of the intent read) are kept per Python worker process and
-reused by later tasks (``sink_pool``).
+reused by later tasks (``sink_pool``), except those of a batch write whose transactional ids
+were made up for that job alone: they are closed once the transaction is prepared.
 """
 
 from __future__ import annotations
@@ -119,8 +120,12 @@ def write_task(batches: Iterable[pa.RecordBatch], options: SinkOptions, columns:
             return _message(TaskOutcome.SKIPPED, sink_id, task, clock)
         properties = options.producer_properties(f"{sink_id}-{task.partition_id}",
                                                  transaction_timeout_ms)
+        # A batch write without transactionalIdPrefix makes its ids up (sink.py): nobody uses
+        # this transactional id again, so its producer is closed rather than kept.
+        one_shot = task.batch_id is None and options.transactional_id_prefix is None
     else:
         properties = options.producer_properties(None, None)
+        one_shot = False
     producer = sink_pool.producer(properties)
     try:
         if options.exactly_once:
@@ -138,6 +143,8 @@ def write_task(batches: Iterable[pa.RecordBatch], options: SinkOptions, columns:
     except BaseException:
         sink_pool.discard_producer(properties)
         raise
+    if one_shot:
+        sink_pool.retire_producer(properties)
     fault_point("task:after-prepare", batch_id=task.batch_id, partition=task.partition_id,
                 attempt=task.attempt)
     if token is None:

@@ -1,0 +1,74 @@
+"""Which producers a sink task keeps in its Python worker, against a real broker.
+
+The task's write path (``sink_task.write_task``) runs here in the test process, as a Spark
+task would run it, with the task's identity given instead of read from a TaskContext. The
+driver's commit (``sink_commit.BatchCommit``) then ends the transactions, and confluent-kafka
+reads the topic at read_committed: closing a producer must not end or spoil what it prepared.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from integration.harness.cluster import KafkaCluster
+from integration.producer_util import read_all, read_committed
+from kafka_ds.client.producer import Producer
+from kafka_ds.protocol.txn_state import TxnState
+from kafka_ds.spark import sink_pool, sink_task
+from kafka_ds.spark.sink_commit import BatchCommit
+from kafka_ds.spark.sink_messages import TaskOutcome
+from kafka_ds.spark.sink_options import InputColumns, parse_sink_options
+
+ROWS = 500
+
+
+@pytest.fixture
+def batch_task(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Partition 3, first attempt, of a batch (non-streaming) write."""
+    task = sink_task.TaskInfo(partition_id=3, attempt=0, batch_id=None, query_id=None,
+                              run_id=None, speculation=False)
+    monkeypatch.setattr(sink_task.TaskInfo, "current", classmethod(lambda cls: task))
+    yield
+    for key in list(sink_pool._producers):
+        sink_pool._producers.pop(key).close(0)
+
+
+def _write_and_commit(kafka: KafkaCluster, topic: str, extra: dict[str, str]
+                      ) -> tuple[dict[str, str], Producer | None]:
+    options = parse_sink_options({"kafka.bootstrap.servers": kafka.bootstrap(), "topic": topic,
+                                  **extra})
+    sink_id = options.transactional_id_prefix or f"pykafka-batch-{uuid.uuid4()}"
+    values = pa.array([b"row-%d" % i for i in range(ROWS)])
+    batches = [pa.record_batch([values.slice(0, 200)], names=["value"]),
+               pa.record_batch([values.slice(200)], names=["value"])]
+    message = sink_task.write_task(iter(batches), options, InputColumns(value="value"),
+                                   sink_id, 60_000)
+    assert message.outcome is TaskOutcome.PREPARED and message.record_count == ROWS
+    properties = options.producer_properties(f"{sink_id}-3", 60_000)
+    pooled = sink_pool._producers.get(sink_pool._key(properties))
+    # Nothing is visible before the driver commits.
+    assert read_all(kafka.bootstrap(), topic, read_committed=True, timeout_s=5) == []
+    BatchCommit(options, [message], None, sink_id, 60_000).commit()
+    records = read_committed(kafka.bootstrap(), topic, expect=ROWS)
+    assert sorted(r.value or b"" for r in records) == sorted(values.to_pylist())
+    return properties, pooled
+
+
+def test_a_batch_write_closes_the_producer_of_its_one_time_transactional_id(
+        kafka: KafkaCluster, topic: str, batch_task: None) -> None:
+    properties, pooled = _write_and_commit(kafka, topic, {})
+    # The id was made up for this job: its producer (a thread, connections) is not kept.
+    assert pooled is None
+    assert sink_pool._key(properties) not in sink_pool._producers
+
+
+def test_a_batch_write_with_a_prefix_keeps_its_producer_for_the_next_job(
+        kafka: KafkaCluster, topic: str, batch_task: None) -> None:
+    prefix = f"job-{uuid.uuid4().hex[:8]}"
+    _, pooled = _write_and_commit(kafka, topic, {"transactionalIdPrefix": prefix})
+    # Recurring jobs reuse the ids: the producer stays, ready for the next InitProducerId.
+    assert pooled is not None and pooled.transaction_state is TxnState.PREPARED
