@@ -24,7 +24,9 @@ and prints median rows/s and the ratios ``eos/jvm`` and ``alo/jvm``. Rows go to 
 micro-batches) and reports the driver's commit time per micro-batch, read from the sink's own
 log lines (intent read and write, EndTxn for every transaction, checks), beside Spark's
 ``addBatch`` (write + commit) and the tasks' phases (waiting for input, intent read,
-InitProducerId, sending, waiting for the last acknowledgements). ``--profile`` runs one
+InitProducerId, sending, waiting for the last acknowledgements). Each scenario prints the same
+timeline for its exactly-once batch writes (median over the runs) from the batch write's log
+line. ``--profile`` runs one
 task's write path outside Spark under cProfile (the same Arrow batches Spark hands the
 writer) and prints where the time goes. ``--py-spy DIR`` records the Python workers during
 the exactly-once writes inside Spark (py-spy, a dev extra; every thread, the producer's
@@ -49,6 +51,8 @@ from typing import Any
 WRITERS = ["jvm", "eos", "alo", "noop"]
 _COMMIT_LINE = re.compile(r"committed batch (\d+) \((\d+) transactions, \d+ records\) in "
                           r"(\d+) ms; slowest task by phase \(ms\): (\{.*\})")
+_BATCH_WRITE_LINE = re.compile(r"committed the batch write \(\d+ transactions, \d+ records\) in "
+                               r"(\d+) ms; slowest task by phase \(ms\): (\{.*\})")
 
 
 def _noop_source() -> Any:
@@ -147,19 +151,36 @@ class CpuMeter:
                 "python": sum(_cpu_s(pid) for pid in _descendants(self.jvm_pid))}
 
 
+def _batch_write_phases(log: Path | None, since: int) -> dict[str, float]:
+    """The exactly-once batch write's timeline from the sink's commit log line written after
+    byte ``since`` of ``log``: the slowest task's phases and the driver's commit, in ms."""
+    if log is None or not log.exists():
+        return {}
+    with log.open("rb") as file:
+        file.seek(since)
+        found = list(_BATCH_WRITE_LINE.finditer(file.read().decode(errors="replace")))
+    if not found:
+        return {}
+    phases = {name: float(ms) for name, ms in ast.literal_eval(found[-1].group(2)).items()}
+    return {**phases, "commit": float(found[-1].group(1))}
+
+
 def _scenario(spark: Any, admin: Any, meter: CpuMeter, bootstrap: str, rows: int, size: int,
-              codec: str, partitions: int, runs: int, spy: Any = None) -> dict[str, Any]:
+              codec: str, partitions: int, runs: int, spy: Any = None,
+              log: Path | None = None) -> dict[str, Any]:
     df = _input(spark, rows, size, partitions)
     topic = f"bench-sink-{size}-{codec}-{uuid.uuid4().hex[:6]}"
     admin.create_topic(topic, partitions)
     rates: dict[str, list[float]] = {writer: [] for writer in WRITERS}
     cpu: dict[str, list[dict[str, float]]] = {writer: [] for writer in WRITERS}
+    timelines: list[dict[str, float]] = []
     for writer in ("eos", "jvm"):  # warm up both paths
         _write(writer, warm_input(df, partitions), bootstrap, topic, codec)
     for run in range(runs):
         for writer in WRITERS:
             if spy is not None and writer == "eos":
                 spy.start(f"eos-{size}-{codec}-{run}")
+            log_bytes = log.stat().st_size if log is not None and log.exists() else 0
             before = meter.sample()
             started = time.perf_counter()
             try:
@@ -170,11 +191,16 @@ def _scenario(spark: Any, admin: Any, meter: CpuMeter, bootstrap: str, rows: int
             rates[writer].append(rows / (time.perf_counter() - started))
             after = meter.sample()
             cpu[writer].append({k: (after[k] - before[k]) * 1e6 / rows for k in after})
+            if writer == "eos" and (timeline := _batch_write_phases(log, log_bytes)):
+                timelines.append(timeline)
     df.unpersist()
     admin.delete_topics([topic])
     out: dict[str, Any] = {writer: statistics.median(values) for writer, values in rates.items()}
     out["cpu_us_per_row"] = {writer: {k: statistics.median(sample[k] for sample in samples)
                                       for k in samples[0]} for writer, samples in cpu.items()}
+    if timelines:
+        out["eos_phases_ms"] = {name: statistics.median(t.get(name, 0.0) for t in timelines)
+                                for name in timelines[0]}
     return out
 
 
@@ -225,8 +251,13 @@ def _profile(bootstrap: str, admin: Any, size: int, codec: str) -> None:
     import pyarrow as pa
 
     from kafka_ds.client.producer import Producer
+    from kafka_ds.spark.sink_memory import reuse_worker_memory
     from kafka_ds.spark.sink_options import InputColumns, parse_sink_options
     from kafka_ds.spark.sink_rows import RowWriter
+
+    # As a task's worker does (option workerMemoryReuse, on by default): without it every
+    # encoded section faults fresh pages in, and the profile shows mostly page faults.
+    reuse_worker_memory()
 
     topic = f"bench-prof-{uuid.uuid4().hex[:6]}"
     admin.create_topic(topic, 4)
@@ -311,7 +342,7 @@ def main() -> int:
                 rows = args.rows if size <= 100 else max(args.rows // 4, 1)
                 for codec in args.codecs:
                     medians = _scenario(spark, admin, meter, bootstrap, rows, size, codec,
-                                        args.partitions, args.runs, spy)
+                                        args.partitions, args.runs, spy, log)
                     results.append((size, codec, rows, medians))
                     _print_row(size, codec, rows, medians)
                     if spy is not None:
@@ -349,6 +380,11 @@ def _print_row(size: int, codec: str, rows: int, medians: dict[str, Any]) -> Non
     # cost nothing would pay Spark's JVM -> Arrow -> Python path (noop) and the broker.
     totals = {writer: sum(cpu[writer].values()) for writer in WRITERS}
     floor = totals["noop"] + cpu["eos"]["broker"]
+    phases = medians.get("eos_phases_ms")
+    if phases:  # the slowest task's phases, then the driver's commit (sink_task, sink_commit)
+        print("        eos timeline (median ms; slowest task by phase, then the driver's "
+              "commit): " + ", ".join(f"{name} {ms:.0f}" for name, ms in phases.items()),
+              flush=True)
     print(f"        CPU us/row in all: jvm {totals['jvm']:.2f} | eos {totals['eos']:.2f} "
           f"(jvm/eos {totals['jvm'] / totals['eos']:.2f}x) | ceiling if the sink's own work "
           f"were free (noop + broker): {totals['jvm'] / floor:.2f}x", flush=True)
