@@ -8,6 +8,7 @@ reads the topic at read_committed: closing a producer must not end or spoil what
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -72,3 +73,45 @@ def test_a_batch_write_with_a_prefix_keeps_its_producer_for_the_next_job(
     _, pooled = _write_and_commit(kafka, topic, {"transactionalIdPrefix": prefix})
     # Recurring jobs reuse the ids: the producer stays, ready for the next InitProducerId.
     assert pooled is not None and pooled.transaction_state is TxnState.PREPARED
+
+
+def _slow(batches: list[pa.RecordBatch], delay_s: float,
+          seen: list[TxnState | None], properties: dict[str, str]) -> Iterator[pa.RecordBatch]:
+    """Spark's input when computing the partition's first rows takes ``delay_s``: records
+    the state of the task's producer at the moment the rows arrive."""
+    time.sleep(delay_s)
+    pooled = sink_pool._producers.get(sink_pool._key(properties))
+    seen.append(pooled.transaction_state if pooled is not None else None)
+    yield from batches
+
+
+def test_a_task_waiting_for_its_first_rows_initialises_its_transaction_meanwhile(
+        kafka: KafkaCluster, topic: str, batch_task: None) -> None:
+    prefix = f"early-{uuid.uuid4().hex[:8]}"
+    options = parse_sink_options({"kafka.bootstrap.servers": kafka.bootstrap(), "topic": topic,
+                                  "transactionalIdPrefix": prefix})
+    properties = options.producer_properties(f"{prefix}-3", 60_000)
+    seen: list[TxnState | None] = []
+    values = pa.array([b"late-%d" % i for i in range(ROWS)])
+    # Far above the early start's 20 ms, and far above InitProducerId on a loaded machine.
+    rows = _slow([pa.record_batch([values], names=["value"])], 5.0, seen, properties)
+    message = sink_task.write_task(rows, options, InputColumns(value="value"), prefix, 60_000)
+    # InitProducerId was done while Spark was still computing the rows.
+    assert seen == [TxnState.READY]
+    assert message.outcome is TaskOutcome.PREPARED and message.record_count == ROWS
+    BatchCommit(options, [message], None, prefix, 60_000).commit()
+    records = read_committed(kafka.bootstrap(), topic, expect=ROWS)
+    assert sorted(r.value or b"" for r in records) == sorted(values.to_pylist())
+
+
+def test_an_empty_task_still_touches_no_broker(kafka: KafkaCluster, topic: str,
+                                               batch_task: None) -> None:
+    prefix = f"empty-{uuid.uuid4().hex[:8]}"
+    options = parse_sink_options({"kafka.bootstrap.servers": kafka.bootstrap(), "topic": topic,
+                                  "transactionalIdPrefix": prefix})
+    properties = options.producer_properties(f"{prefix}-3", 60_000)
+    message = sink_task.write_task(iter([pa.record_batch([pa.array([], pa.binary())],
+                                                         names=["value"])]),
+                                   options, InputColumns(value="value"), prefix, 60_000)
+    assert message.outcome is TaskOutcome.EMPTY
+    assert sink_pool._key(properties) not in sink_pool._producers

@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -42,6 +45,10 @@ from kafka_ds.spark.sink_options import InputColumns, SinkOptions
 from kafka_ds.spark.sink_rows import RowWriter
 
 log = logging.getLogger(__name__)
+
+# A task still waiting for its first rows after this long starts its broker work (see
+# _EarlyStart); an empty partition's input ends well before.
+_EARLY_START_S = 0.02
 
 
 
@@ -98,40 +105,49 @@ def write_task(batches: Iterable[pa.RecordBatch], options: SinkOptions, columns:
         sink_id = sink_id or options.transactional_id_prefix or (
             default_sink_id(task.query_id) if task.query_id else "pykafka")
     # A task with no rows touches no broker: many empty shuffle partitions cost nothing. (The
-    # driver aborts what an earlier, failed attempt of such a task may have left open.)
+    # driver aborts what an earlier, failed attempt of such a task may have left open.) A task
+    # whose first rows are slow to come does its broker work meanwhile (_EarlyStart).
     clock = _Phases()
     rows = (batch for batch in batches if batch.num_rows)
-    first = next(rows, None)
+    one_shot = False
+    early: _EarlyStart | None = None
+    if options.exactly_once:
+        properties = options.producer_properties(f"{sink_id}-{task.partition_id}",
+                                                 transaction_timeout_ms)
+        # A batch write without transactionalIdPrefix makes its ids up (sink.py): nobody uses
+        # this transactional id again, so its producer is closed rather than kept.
+        one_shot = task.batch_id is None and options.transactional_id_prefix is None
+        early = _EarlyStart(lambda: _open(options, sink_id, task, properties))
+    else:
+        properties = options.producer_properties(None, None)
+    try:
+        first = next(rows, None)
+    except BaseException:
+        if early is not None:
+            early.stop()
+        raise
     clock.lap("input")
     if first is None:
+        if early is not None and early.stop() is not None and one_shot:
+            sink_pool.retire_producer(properties)
         return _message(TaskOutcome.EMPTY if options.exactly_once else TaskOutcome.SENT,
                         sink_id, task, clock)
     batches = itertools.chain([first], rows)
-    if options.exactly_once:
-        decided = False
-        if task.batch_id is not None:
-            decided = _batch_decided(options, sink_id, task)
-            clock.lap("intent")
+    if early is not None:
+        started = early.stop()
+        decided = started.result() if started is not None else _open(options, sink_id, task,
+                                                                     properties)
+        clock.lap("init")
         if decided:
             for _ in batches:  # the input must still be consumed
                 pass
             log.info("pykafka sink %s: batch %d is a replay whose commit was decided; task %d"
                      " writes nothing", sink_id, task.batch_id, task.partition_id)
             return _message(TaskOutcome.SKIPPED, sink_id, task, clock)
-        properties = options.producer_properties(f"{sink_id}-{task.partition_id}",
-                                                 transaction_timeout_ms)
-        # A batch write without transactionalIdPrefix makes its ids up (sink.py): nobody uses
-        # this transactional id again, so its producer is closed rather than kept.
-        one_shot = task.batch_id is None and options.transactional_id_prefix is None
-    else:
-        properties = options.producer_properties(None, None)
-        one_shot = False
     producer = sink_pool.producer(properties)
     try:
         if options.exactly_once:
-            producer.init_transactions()
             producer.begin_transaction()
-            clock.lap("init")
         writer = RowWriter(producer, columns, options.topic, options.max_rows_per_send)
         count = writer.write(batches)
         clock.lap("send")
@@ -151,6 +167,64 @@ def write_task(batches: Iterable[pa.RecordBatch], options: SinkOptions, columns:
         return _message(TaskOutcome.SENT, sink_id, task, clock, count)
     outcome = TaskOutcome.EMPTY if token.is_empty else TaskOutcome.PREPARED
     return _message(outcome, sink_id, task, clock, count, token)
+
+
+def _open(options: SinkOptions, sink_id: str, task: TaskInfo, properties: dict[str, str]
+          ) -> bool:
+    """Exactly-once, before the first send: True when the batch is a replay whose commit was
+    decided (nothing to write, and no InitProducerId: it would abort what the driver is about
+    to roll forward); otherwise InitProducerId on the task's pooled producer, which fences
+    any older attempt of this partition and aborts what it left open."""
+    if task.batch_id is not None and _batch_decided(options, sink_id, task):
+        return True
+    producer = sink_pool.producer(properties)
+    try:
+        producer.init_transactions()
+    except BaseException:
+        sink_pool.discard_producer(properties)
+        raise
+    return False
+
+
+class _EarlyStart:
+    """Runs the task's first broker work in a thread if Spark is slow to hand it rows.
+
+    Spark computes a partition's first rows while the task waits for them (on a cached
+    1 KB DataFrame, 0.2 s of a 1 s write); the intent read and InitProducerId (tens of ms on
+    a loaded machine) can go on meanwhile. They start only after ``_EARLY_START_S``, so that
+    empty tasks, whose input ends at once, still touch no broker. The steps and their order
+    are the same as when the task runs them itself: only when they run changes.
+    """
+
+    def __init__(self, work: Callable[[], bool]) -> None:
+        self._work = work
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._future: Future[bool] | None = None
+        self._timer = threading.Timer(_EARLY_START_S, self._run)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _run(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            self._future = future = Future[bool]()
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(self._work())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    def stop(self) -> Future[bool] | None:
+        """Cancel the work if it has not started; else wait until it ends and return it."""
+        with self._lock:
+            self._stopped = True
+            future = self._future
+        self._timer.cancel()
+        if future is not None:
+            futures_wait([future])
+        return future
 
 
 class _Phases:
