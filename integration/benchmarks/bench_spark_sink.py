@@ -23,8 +23,9 @@ and prints median rows/s and the ratios ``eos/jvm`` and ``alo/jvm``. Rows go to 
 ``--commit-batches N`` then runs a streaming query (Kafka in, pykafka exactly-once out, N
 micro-batches) and reports the driver's commit time per micro-batch, read from the sink's own
 log lines (intent read and write, EndTxn for every transaction, checks), beside Spark's
-``addBatch`` (write + commit) and the tasks' phases (waiting for input, intent read,
-InitProducerId, sending, waiting for the last acknowledgements). Each scenario prints the same
+``addBatch`` (write + commit) and the tasks' phases (waiting for input; the intent read and
+InitProducerId, or what is left of them once the input came; sending; waiting for the last
+acknowledgements). Each scenario prints the same
 timeline for its exactly-once batch writes (median over the runs) from the batch write's log
 line. ``--profile`` runs one
 task's write path outside Spark under cProfile (the same Arrow batches Spark hands the

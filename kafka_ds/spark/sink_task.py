@@ -6,12 +6,14 @@ Exactly-once (the protocol is in ``sink_commit``)::
 
     learn the batch id, query id and partition from the task's local properties
     refuse spark.speculation=true (a copy of the task would fence this one)
+    wait for the first rows; no rows at all: return EMPTY, touching no broker
     [streaming] read the sink's last commit intent: if it covers this batch, the batch is a
         replay whose commit was already decided -> write nothing, do NOT InitProducerId (it
         would abort the transactions the driver is about to roll forward), return SKIPPED
-    no rows at all: return EMPTY, touching no broker
     producer with transactional.id = <prefix>-<partition id>
     InitProducerId: fences any older attempt of this partition and aborts what it left open
+      (these two steps start while the task still waits for its first rows once that wait
+      passes 20 ms: the same steps in the same order, only earlier; see ``_EarlyStart``)
     send every row inside the transaction; wait for every acknowledgement
     return PREPARED with the transaction's token (EMPTY if it holds no record) -- not ended
 
