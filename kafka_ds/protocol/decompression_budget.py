@@ -64,7 +64,17 @@ class DecompressionBudget:
         return own if self.parent is None else min(own, self.parent.remaining())
 
     def charge(self, produced_bytes: int) -> None:
+        """Spend ``produced_bytes`` here and in the parents; ``DecodeError`` if that exceeds a
+        limit.
+
+        The check is made again here, under the lock, because threads sharing a parent each
+        decompress within what ``remaining()`` said before any of them charged: without it,
+        two could each spend the same remaining bytes. The bytes one call produces are bounded
+        by that earlier ``remaining()``, so memory stays bounded while the total is exact.
+        """
         with self._lock:
+            if self.spent_bytes + produced_bytes > self.limit_bytes:
+                raise DecodeError("compressed data", None, self._exhausted(produced_bytes))
             self.spent_bytes += produced_bytes
         if self.parent is not None:
             self.parent.charge(produced_bytes)
@@ -118,14 +128,15 @@ class DecompressionBudget:
         self.charge(written)
         return written
 
-    def _exhausted(self) -> str:
+    def _exhausted(self, produced_bytes: int = 0) -> str:
         chain: list[DecompressionBudget] = []
         budget: DecompressionBudget | None = self
         while budget is not None:
             chain.append(budget)
             budget = budget.parent
         # Name the budget that ran out: this one or a parent.
-        exhausted = min(chain, key=lambda item: item.limit_bytes - item.spent_bytes)
+        exhausted = (self if produced_bytes else
+                     min(chain, key=lambda item: item.limit_bytes - item.spent_bytes))
         return (f"decompressed data would exceed {exhausted.limit_bytes} bytes "
                 f"({exhausted.name}; {exhausted.spent_bytes} already used): a decompression "
                 "bomb, or batches larger than the cap allows")

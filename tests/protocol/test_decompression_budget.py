@@ -217,3 +217,44 @@ def test_other_codecs_into_are_copied_under_the_same_budget(codec: Compression) 
     assert reserved.sizes == [len(data)] and bytes(reserved.last) == data
     with pytest.raises(DecodeError, match="bytes"):
         DecompressionBudget(1000).decompress_into(codec, compress(codec, data), _Reserved())
+
+
+@pytest.mark.parametrize("codec", [Compression.LZ4, Compression.ZSTD], ids=["lz4", "zstd"])
+def test_threads_sharing_a_response_budget_never_spend_the_same_bytes(
+        codec: Compression) -> None:
+    """Two decode threads, each within what remained when it started, must not both be charged
+    the response budget's last bytes. The reserve callback holds both threads until each has
+    checked what remains (what a pool on two cores does by chance), so the race always occurs.
+    """
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    data = compress(codec, bytes(600_000))  # the real lz4 / zstandard libraries' output
+    response = DecompressionBudget(1_000_000, name="fetch.max.decompressed.response.bytes",
+                                   lock=threading.Lock())
+    both_checked = threading.Barrier(2, timeout=60)
+
+    def decode() -> int:
+        budget = DecompressionBudget(10_000_000, parent=response)
+        out = np.empty(2_000_000, dtype=np.uint8)
+        waited = False
+
+        def reserve(size: int) -> memoryview:
+            nonlocal waited
+            if not waited:  # called after remaining() was read, before the charge
+                waited = True
+                both_checked.wait()
+            return out[:size].data
+
+        return budget.decompress_into(codec, data, reserve)
+
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(decode), pool.submit(decode)]
+        outcomes = [f.exception() for f in futures]
+    errors = [e for e in outcomes if e is not None]
+    assert len(errors) == 1, outcomes
+    assert isinstance(errors[0], DecodeError)
+    assert "fetch.max.decompressed.response.bytes" in str(errors[0])
+    assert response.spent_bytes == 600_000
