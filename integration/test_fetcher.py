@@ -6,6 +6,7 @@ it too: our Arrow rows must equal librdkafka's row for row.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 import uuid
@@ -29,7 +30,7 @@ from integration.props import kafka_ds_properties
 from kafka_ds.client.admin import Admin
 from kafka_ds.client.fetcher import Fetcher
 from kafka_ds.client.offsets import latest_offsets
-from kafka_ds.protocol.errors import DataLossError, KafkaTimeoutError
+from kafka_ds.protocol.errors import DataLossError, DecodeError, KafkaTimeoutError
 from kafka_ds.protocol.record_columns import SPARK_SCHEMA, SPARK_SCHEMA_WITH_HEADERS
 from kafka_ds.protocol.types import IsolationLevel, TopicPartition
 
@@ -176,6 +177,45 @@ def test_prefetch_and_memory_bounds(kafka: KafkaCluster, topic_factory: Callable
     # Responses stay within max.partition.fetch.bytes (plus at most one batch, KIP-74).
     assert fetcher.metrics.bytes < 20_000 * 230
     assert fetcher.metrics.fetch_requests >= 20_000 * 200 // (65_536 + 16_384)
+
+
+@pytest.mark.parametrize("decode_threads", [0, 1, 2])
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "gzip", "snappy"])
+def test_compressed_topics_read_like_librdkafka(kafka: KafkaCluster,
+                                                topic_factory: Callable[..., str],
+                                                make_fetcher: FetcherFactory, codec: str,
+                                                decode_threads: int) -> None:
+    """Batches compressed by librdkafka's codecs, read in every decode mode (the pool scans and
+    decompresses chunks ahead while the calling thread finishes earlier ones)."""
+    topic = topic_factory(partitions=2)
+    rnd = random.Random(codec)
+    for partition in range(2):
+        # Half text that compresses, half random bytes that do not (lz4 stores such blocks
+        # uncompressed): about 1.2 MB per partition.
+        produce(kafka, topic, [{"value": (b"%06d-" % i) * (10 + i % 50) + rnd.randbytes(300),
+                                "key": b"k%d" % i, "partition": partition}
+                               for i in range(2_000)],
+                **{"compression.type": codec, "batch.size": 65_536, "linger.ms": 50})
+    # Small fetches: many responses, so that several chunks are scanned ahead at once.
+    fetcher = make_fetcher(max_partition_fetch_bytes=65_536, decode_threads=decode_threads,
+                           include_headers=True)
+    ours = by_partition(arrow_rows(list(fetcher.read_arrow(
+        [(topic, p, 0, 2_000) for p in range(2)]))))
+    for partition in range(2):
+        assert ours[partition] == confluent_rows(kafka, topic, partition, 0, 2_000)
+    assert fetcher.metrics.fetch_requests >= 6
+
+
+def test_decode_threads_keep_the_decompression_cap(kafka: KafkaCluster,
+                                                   topic_factory: Callable[..., str],
+                                                   make_fetcher: FetcherFactory) -> None:
+    topic = topic_factory()
+    produce(kafka, topic, [{"value": bytes(200_000), "partition": 0} for _ in range(20)],
+            **{"compression.type": "zstd", "batch.size": 4_000_000, "linger.ms": 100,
+               "message.max.bytes": 8_000_000})
+    fetcher = make_fetcher(fetch_max_decompressed_bytes=1_000_000, decode_threads=1)
+    with pytest.raises(DecodeError, match="decompressed data would exceed 1000000 bytes"):
+        list(fetcher.read_arrow([(topic, 0, 0, 20)]))
 
 
 def test_range_edges(kafka: KafkaCluster, topic_factory: Callable[..., str],

@@ -1,46 +1,93 @@
 """Decoding one fetched chunk (a partition's records bytes) into ``RecordColumns``.
 
-Layer: client. Split from ``fetch_loop`` because it is the one part of a read that runs off
-the fetching thread: with ``decode.threads`` a pool calls ``decode_chunk`` while the loop goes
-on with the network. It touches nothing but its arguments and a per-thread ``DecodeArea``
-(numpy, Arrow, zstd, lz4 and crc32c release the GIL for most of it, which is what a decode
-thread overlaps with the network and the caller).
+Layer: client. Split from ``fetch_loop`` because part of it runs off the fetching thread.
+Decoding has two steps (``record_columns``): ``scan_chunk`` walks the batch headers, checks
+the CRCs and decompresses into a ``DecodeArea``, nearly all of it GIL-free C (crc32c, lz4,
+zstd); ``finish_chunk`` then parses the records and builds the Arrow columns, mostly
+GIL-bound Python and numpy. With ``decode.threads`` a pool scans the chunks of the responses
+as they arrive while the fetching thread finishes the chunk before them, so decompression
+overlaps record parsing, the network and the caller instead of queueing behind them (two
+threads each decoding whole chunks would fight for the GIL over the parsing instead).
+``decode_chunk`` does both in the calling thread.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 
 from kafka_ds.client.fetch_config import FetchConfig
 from kafka_ds.client.fetch_state import Chunk
 from kafka_ds.protocol.read_committed import filter_committed
-from kafka_ds.protocol.record_columns import DecodeArea, RecordColumns, decode_columns
+from kafka_ds.protocol.record_columns import (
+    DecodeArea,
+    RecordColumns,
+    ScannedBuffer,
+    finish_columns,
+    scan_buffer,
+)
 
-# Each thread decompresses into one DecodeArea, kept from one response (and read) to the next.
-_decode_areas = threading.local()
+# Areas kept between chunks (a kept area is already mapped: a fresh multi-MiB one costs a page
+# fault per 4 KiB). A scanned chunk owns its area until it is finished, so several may be out
+# at once; list.pop and list.append are atomic, so the pool needs no lock.
+_free_areas: list[DecodeArea] = []
+_KEEP_AREAS = 4
+
+Scanned = ScannedBuffer | RecordColumns
 
 
-def _decode_area() -> DecodeArea:
-    area: DecodeArea | None = getattr(_decode_areas, "area", None)
-    if area is None:
-        area = _decode_areas.area = DecodeArea()
-    return area
+def _take_area() -> DecodeArea:
+    try:
+        return _free_areas.pop()
+    except IndexError:
+        return DecodeArea()
+
+
+def _give_back(area: DecodeArea) -> None:
+    if len(_free_areas) < _KEEP_AREAS:
+        _free_areas.append(area)
+
+
+def scan_chunk(chunk: Chunk, config: FetchConfig, include_headers: bool) -> tuple[Scanned, int]:
+    """Step 1 of decoding ``chunk``; returns what ``finish_chunk`` takes and the nanoseconds."""
+    started_ns = time.perf_counter_ns()
+    part = chunk.part
+    assert part is not None
+    area = _take_area()
+    try:
+        scanned = scan_buffer(
+            chunk.records, start_offset=chunk.fetch_offset, end_offset=part.end,
+            include_headers=include_headers,
+            max_decompressed_bytes=config.max_decompressed_bytes, topic=part.tp.topic,
+            partition=part.tp.partition, verify_crc=config.check_crcs, budget=chunk.budget,
+            area=area)
+    except BaseException:
+        area.release()
+        _give_back(area)
+        raise
+    if isinstance(scanned, RecordColumns):  # a legacy message set, already decoded
+        _give_back(area)
+    return scanned, time.perf_counter_ns() - started_ns
+
+
+def finish_chunk(chunk: Chunk, scanned: Scanned, config: FetchConfig) -> tuple[RecordColumns, int]:
+    """Step 2: the chunk's columns (aborted transactions dropped under read_committed) and the
+    nanoseconds it took. Gives the scanned chunk's area back to the pool."""
+    started_ns = time.perf_counter_ns()
+    if isinstance(scanned, RecordColumns):
+        columns = scanned
+    else:
+        try:
+            columns = finish_columns(scanned)
+        finally:
+            _give_back(scanned.area)
+    if config.read_committed and chunk.aborted:
+        columns = filter_committed(columns, chunk.aborted)
+    return columns, time.perf_counter_ns() - started_ns
 
 
 def decode_chunk(chunk: Chunk, config: FetchConfig,
                  include_headers: bool) -> tuple[RecordColumns, int]:
-    """Decode one chunk (aborted transactions dropped under read_committed); returns the
-    columns and the nanoseconds it took."""
-    started_ns = time.perf_counter_ns()
-    part = chunk.part
-    assert part is not None
-    columns = decode_columns(
-        chunk.records, start_offset=chunk.fetch_offset, end_offset=part.end,
-        include_headers=include_headers,
-        max_decompressed_bytes=config.max_decompressed_bytes, topic=part.tp.topic,
-        partition=part.tp.partition, verify_crc=config.check_crcs, budget=chunk.budget,
-        area=_decode_area())
-    if config.read_committed and chunk.aborted:
-        columns = filter_committed(columns, chunk.aborted)
-    return columns, time.perf_counter_ns() - started_ns
+    """Both steps in the calling thread: the columns and the nanoseconds it took."""
+    scanned, scan_ns = scan_chunk(chunk, config, include_headers)
+    columns, finish_ns = finish_chunk(chunk, scanned, config)
+    return columns, scan_ns + finish_ns

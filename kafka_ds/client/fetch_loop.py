@@ -47,9 +47,9 @@ Error handling, per partition unless said otherwise:
 Which replica a partition reads from is ``read_replica``'s (KIP-392); the wording of the
 errors that stop a read (no progress, a response that does not parse) is ``fetch_errors``'.
 
-Decoding (``chunk_decode``) runs in the calling thread, or with ``decode.threads`` in a small
-pool: chunks are submitted as responses arrive and handed out in arrival order
-(``Chunk.decoding``).
+Decoding (``chunk_decode``) runs in the calling thread, or with ``decode.threads`` in two
+steps: a small pool scans (CRC, decompression) the chunks as responses arrive, and the calling
+thread finishes them (records, Arrow) in arrival order (``Chunk.decoding``).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ from typing import Any
 
 from kafka_ds.client import offsets as offset_lookup
 from kafka_ds.client import read_replica
-from kafka_ds.client.chunk_decode import decode_chunk
+from kafka_ds.client.chunk_decode import decode_chunk, finish_chunk, scan_chunk
 from kafka_ds.client.cluster import Cluster
 from kafka_ds.client.fetch_config import FetchConfig, FetchMetrics
 from kafka_ds.client.fetch_errors import stalled_error, undecodable_response
@@ -202,8 +202,10 @@ class FetchLoop:
                 node.buffered[chunk.response_id] = left
             else:
                 node.buffered.pop(chunk.response_id, None)
-        if chunk.decoding is not None:
-            columns, elapsed_ns = chunk.decoding.result()
+        if chunk.decoding is not None:  # scanned (decompressed) by a thread: finish here
+            scanned, scan_ns = chunk.decoding.result()
+            columns, elapsed_ns = finish_chunk(chunk, scanned, self.config)
+            elapsed_ns += scan_ns
         else:
             columns, elapsed_ns = decode_chunk(chunk, self.config, self.include_headers)
         # The decoded columns are copies: let the response buffer go before the caller gets
@@ -407,7 +409,7 @@ class FetchLoop:
                     chunk.node_id, chunk.response_id = node.node_id, self._responses
                     chunk.budget = budget
                     if self._decoder is not None:
-                        chunk.decoding = self._decoder.submit(decode_chunk, chunk, self.config,
+                        chunk.decoding = self._decoder.submit(scan_chunk, chunk, self.config,
                                                              self.include_headers)
         return len(self._queue) > queued
 

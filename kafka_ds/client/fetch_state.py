@@ -17,7 +17,7 @@ from kafka_ds.protocol.decompression_budget import DecompressionBudget
 from kafka_ds.protocol.errors import KafkaDsError
 from kafka_ds.protocol.fetch_session import ZERO_UUID, FetchSession, PendingFetch
 from kafka_ds.protocol.messages.fetch import FetchRequest
-from kafka_ds.protocol.record_columns import RecordColumns
+from kafka_ds.protocol.record_columns import RecordColumns, ScannedBuffer
 from kafka_ds.protocol.types import TopicPartition
 
 _FRAME = struct.Struct(">qi")  # baseOffset, batchLength: the start of every batch format
@@ -111,7 +111,7 @@ class Chunk:
     error: KafkaDsError | None = None
     node_id: int = -1
     response_id: int = -1
-    # Set when a decode thread works on it: (columns, decode time in ns).
-    decoding: Future[tuple[RecordColumns, int]] | None = None
+    # Set when a decode thread scans it: (scanned chunk or columns, scan time in ns).
+    decoding: Future[tuple[ScannedBuffer | RecordColumns, int]] | None = None
     # Decompression allowed for the whole response, shared by its chunks.
     budget: DecompressionBudget | None = None

@@ -72,7 +72,8 @@ from kafka_ds.protocol.records import (
 from kafka_ds.protocol.varint_arrays import decode_varints
 
 __all__ = ["HEADERS_TYPE", "SPARK_SCHEMA", "SPARK_SCHEMA_WITH_HEADERS", "BatchColumns",
-           "DecodeArea", "RecordColumns", "decode_columns", "to_arrow"]
+           "DecodeArea", "RecordColumns", "ScannedBuffer", "decode_columns", "finish_columns",
+           "scan_buffer", "to_arrow"]
 
 Int64Array = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -196,38 +197,91 @@ def decode_columns(
     DecodeError
         Malformed bytes; ``CorruptRecordError`` for a CRC mismatch.
     """
+    scanned = scan_buffer(
+        buf, start_offset=start_offset, end_offset=end_offset, include_headers=include_headers,
+        max_decompressed_bytes=max_decompressed_bytes, topic=topic, partition=partition,
+        verify_crc=verify_crc, on_corrupt=on_corrupt, budget=budget,
+        area=area if area is not None else DecodeArea())
+    return scanned if isinstance(scanned, RecordColumns) else finish_columns(scanned)
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedBuffer:
+    """A buffer after step 1 (batch headers walked, CRCs checked, batches decompressed into
+    ``area``), waiting for steps 2-4 (``finish_columns``).
+
+    The split lets a decode thread do step 1, which is nearly all GIL-free C (CRC-32C, lz4,
+    zstd), while another thread runs the Python-bound steps 2-4 of the previous buffer. The
+    ``area`` belongs to this buffer until ``finish_columns`` returns.
+    """
+
+    scan: _Scan
+    area: DecodeArea
+    start_offset: int | None
+    end_offset: int | None
+    include_headers: bool
+    where: str
+
+
+def scan_buffer(
+    buf: Buffer,
+    *,
+    start_offset: int | None = None,
+    end_offset: int | None = None,
+    include_headers: bool = False,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    topic: str | None = None,
+    partition: int | None = None,
+    verify_crc: bool = True,
+    on_corrupt: str = "raise",
+    budget: DecompressionBudget | None = None,
+    area: DecodeArea,
+) -> ScannedBuffer | RecordColumns:
+    """Step 1 of ``decode_columns`` (same parameters): a ``ScannedBuffer`` for
+    ``finish_columns``, or the finished columns when the buffer holds a legacy message set
+    (decoded record by record, rare). ``area`` is released (empty) when the columns are
+    returned here, else it is the ``ScannedBuffer``'s until it is finished.
+    """
     where = _describe(topic, partition)
     if on_corrupt not in ("raise", "truncate"):
         raise ValueError(f"on_corrupt must be 'raise' or 'truncate', not {on_corrupt!r}")
-    area = area if area is not None else DecodeArea()
     area.used = 0
     area.size_hint = 2 * len(buf)  # compressed batches inflate; grow once, not many times
     scan = _scan(buf, start_offset, end_offset, verify_crc,
                  DecompressionBudget(max_decompressed_bytes, parent=budget), where,
                  on_corrupt == "truncate", area)
-    if scan is None:  # a legacy message set is in the buffer
-        from kafka_ds.protocol.record_columns_legacy import decode_columns_per_record
+    if scan is not None:
+        return ScannedBuffer(scan, area, start_offset, end_offset, include_headers, where)
+    from kafka_ds.protocol.record_columns_legacy import decode_columns_per_record
 
-        area.release()
+    area.release()
+    # The per-record path starts again from the first batch with a fresh partition budget;
+    # what the v2 walk decompressed before it met the legacy set stays charged to the
+    # response budget, which only errs on the safe side.
+    return decode_columns_per_record(
+        buf, start_offset=start_offset, end_offset=end_offset,
+        include_headers=include_headers, max_decompressed_bytes=max_decompressed_bytes,
+        topic=topic, partition=partition, verify_crc=verify_crc, on_corrupt=on_corrupt,
+        budget=budget)
 
-        # The per-record path starts again from the first batch with a fresh partition
-        # budget; what the v2 walk decompressed before it met the legacy set stays charged
-        # to the response budget, which only errs on the safe side.
-        return decode_columns_per_record(
-            buf, start_offset=start_offset, end_offset=end_offset,
-            include_headers=include_headers, max_decompressed_bytes=max_decompressed_bytes,
-            topic=topic, partition=partition, verify_crc=verify_crc, on_corrupt=on_corrupt,
-            budget=budget)
+
+def finish_columns(scanned: ScannedBuffer) -> RecordColumns:
+    """Steps 2-4 of ``decode_columns``: the rows of a scanned buffer; releases its area."""
+    scan = scanned.scan
     last_offsets = scan.batches.last_offsets
     next_offset = int(last_offsets[-1]) + 1 if len(last_offsets) else None
-    if next_offset is not None and start_offset is not None:
-        next_offset = max(next_offset, start_offset)
-    if scan.area is not buf:  # error positions then count in the joined, decompressed copy
+    if next_offset is not None and scanned.start_offset is not None:
+        next_offset = max(next_offset, scanned.start_offset)
+    where = scanned.where
+    if scan.area is not scan.buf:  # error positions then count in the decompressed copy
         where += " (position in the decompressed records)"
-    offsets, timestamps, types, keys, values, headers, batch_index = _decode_rows(
-        scan.area, scan.sections, scan.meta, start_offset, end_offset, include_headers, where)
-    # Every column above is a copy (Arrow ``take``, numpy arithmetic): the area may be reused.
-    area.release()
+    try:
+        offsets, timestamps, types, keys, values, headers, batch_index = _decode_rows(
+            scan.area, scan.sections, scan.meta, scanned.start_offset, scanned.end_offset,
+            scanned.include_headers, where)
+    finally:
+        # Every column is a copy (Arrow ``take``, numpy arithmetic): the area may be reused.
+        scanned.area.release()
     return RecordColumns(offsets, timestamps, types, keys, values, headers, batch_index,
                          scan.batches, next_offset, scan.bytes_consumed, scan.has_partial_batch,
                          scan.error)
@@ -290,6 +344,7 @@ class _Scan:
     # Per records section: base offset, base timestamp, max timestamp, LogAppendTime flag and
     # batch index of its batch.
     meta: list[tuple[int, int, int, int, int]]
+    buf: Buffer  # the fetch buffer
     area: Buffer  # the records sections, end to end (or the fetch buffer itself)
     sections: list[_Section]
     bytes_consumed: int
@@ -410,7 +465,7 @@ def _scan(buf: Buffer, start_offset: int | None, end_offset: int | None, verify_
     if len(records) > _MAX_AREA_BYTES and sections:
         raise DecodeError(f"records{where}", None,
                           f"{len(records)} bytes of records exceed what one Arrow column holds")
-    return _Scan(batches, meta, records, sections, pos, partial, error)
+    return _Scan(batches, meta, buf, records, sections, pos, partial, error)
 
 
 # --- step 2: where each record starts ------------------------------------------------------
