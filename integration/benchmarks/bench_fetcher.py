@@ -4,7 +4,9 @@ Not a test: a script that starts a single-node Kafka (the harness), writes one t
 (value size, codec) with the broker's Java ProducerPerformance tool, then reads each topic
 whole with:
 
-- kafka_ds: ``Fetcher.read_arrow`` into Spark-schema Arrow batches (records/s into Arrow);
+- kafka_ds: ``Fetcher.read_arrow`` into Spark-schema Arrow batches (records/s into Arrow), with
+  the fetcher's defaults (``decode.threads`` included) unless ``--option`` sets one; each line
+  prints our CPU time per record (all threads) and the ``decode.threads`` in effect;
 - confluent-kafka: a Python ``consume(num_messages=...)`` loop touching key, value, offset
   and timestamp of every message (librdkafka decodes in C; Python pays per message), with
   its fetch settings tuned (``CONFLUENT_TUNED``) and with its defaults: the ratio is taken
@@ -31,6 +33,7 @@ import gc
 import json
 import pstats
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -56,6 +59,12 @@ def _rss_bytes() -> tuple[int, int]:
         if line.startswith(("VmRSS:", "VmHWM:")):
             values[line.split(":")[0]] = int(line.split()[1]) * 1024
     return values["VmRSS"], values["VmHWM"]
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process, all threads (user + system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _payload_file(value_bytes: int, distinct: int = 20_000) -> Path:
@@ -93,22 +102,27 @@ def _produce(cluster: KafkaCluster, topic: str, records: int, value_bytes: int,
 
 
 _LAST_SPLIT: dict[str, float] = {}
+_PEERS = ("confluent", "confluent_defaults", "kafka_python", "java")
 
 
 def _ours(cluster: KafkaCluster, topic: str, records: int, options: dict[str, str]) -> float:
     props = {"bootstrap.servers": cluster.bootstrap(), **options}
     with Fetcher.from_properties(props) as fetcher:
+        cpu_before = _cpu_seconds()
         started = time.perf_counter()
         rows = 0
         for batch in fetcher.read_arrow([(topic, 0, 0, records)]):
             rows += batch.num_rows
         elapsed = time.perf_counter() - started
+        cpu = _cpu_seconds() - cpu_before
     assert rows == records, (rows, records)
     metrics = fetcher.metrics
     # Where the time went: blocked on the network vs decoding (the rest: the fetch loop).
     _LAST_SPLIT.update(wait=metrics.fetch_wait_ns / 1e9 / elapsed,
                        decode=metrics.decode_ns / 1e9 / elapsed,
-                       requests=metrics.fetch_requests)
+                       requests=metrics.fetch_requests,
+                       cpu_ns_per_record=cpu / records * 1e9,
+                       decode_threads=fetcher.config.decode_threads)
     return records / elapsed
 
 
@@ -235,6 +249,9 @@ def main() -> None:
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a fetcher property for kafka_ds, e.g. decode.threads=1")
     parser.add_argument("--skip-others", action="store_true", help="only kafka_ds")
+    parser.add_argument("--peers", nargs="+", default=list(_PEERS), choices=list(_PEERS),
+                        help="which other readers to run (default: all)")
+    parser.add_argument("--skip-memory", action="store_true", help="no memory check")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out", default=".bench-results/fetcher.json")
     parser.add_argument("--memory-child", nargs=3, metavar=("BOOTSTRAP", "TOPIC", "RECORDS"),
@@ -267,12 +284,13 @@ def main() -> None:
                 capped = min(records, args.kafka_python_records)
                 readers = {"kafka_ds": partial(_ours, cluster, topic, records, options)}
                 if not args.skip_others:
-                    readers.update({
+                    peers = {
                         "confluent": partial(_confluent, cluster, topic, records),
                         "confluent_defaults": partial(_confluent, cluster, topic, records, False),
                         "kafka_python": partial(_kafka_python, cluster, topic, capped),
                         "java": partial(_java, cluster, topic, records),
-                    })
+                    }
+                    readers.update({name: peers[name] for name in args.peers})
                 # Rounds interleave the clients, so that a burst of load elsewhere on the
                 # machine hits them alike rather than one of them.
                 rates: dict[str, list[float]] = {name: [] for name in readers}
@@ -286,15 +304,17 @@ def main() -> None:
                     row[name] = statistics.median(values)
                 row["kafka_ds_split"] = splits[rates["kafka_ds"].index(
                     sorted(rates["kafka_ds"])[len(splits) // 2])]
-                if not args.skip_others:
+                if "confluent" in row or "confluent_defaults" in row:
                     # Against whichever confluent setting was faster on this topic.
-                    row["x_confluent"] = row["kafka_ds"] / max(row["confluent"],
-                                                                 row["confluent_defaults"])
+                    row["x_confluent"] = row["kafka_ds"] / max(row.get("confluent", 0),
+                                                                 row.get("confluent_defaults", 0))
+                if "kafka_python" in row:
                     row["x_kafka_python"] = row["kafka_ds"] / row["kafka_python"]
+                if "java" in row:
                     row["x_java"] = row["kafka_ds"] / row["java"]
                 results.append(row)
                 print(_format(row), flush=True)
-        memory = _memory_check(cluster, args)
+        memory = {} if args.skip_memory else _memory_check(cluster, args)
     print("memory:", json.dumps(memory, indent=1))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -305,16 +325,19 @@ def _format(row: dict[str, Any]) -> str:
     split = row["kafka_ds_split"]
     text = (f"{row['value_bytes']:>5} B {row['codec']:<5} kafka_ds {row['kafka_ds'] / 1e6:6.2f} "
             f"M rec/s ({row['kafka_ds'] * row['value_bytes'] / 1e6:7.1f} MB/s;"
-            f" wait {split['wait']:.0%} decode {split['decode']:.0%})")
-    if "confluent" in row:
-        text += (f" | confluent {row['confluent'] / 1e6:5.2f} tuned /"
-                 f" {row['confluent_defaults'] / 1e6:4.2f} defaults M/s"
-                 f" ({row['x_confluent']:.2f}x the better)"
-                 f" | kafka-python {row['kafka_python'] / 1e6:5.3f} M/s "
-                 f"({row['x_kafka_python']:.1f}x) | java {row['java'] / 1e6:5.2f} M/s "
-                 f"({row['x_java']:.2f}x)")
+            f" wait {split['wait']:.0%} decode {split['decode']:.0%};"
+            f" {split['cpu_ns_per_record']:.0f} ns CPU/rec;"
+            f" decode.threads={split['decode_threads']})")
+    if "x_confluent" in row:
+        text += (f" | confluent {row.get('confluent', 0) / 1e6:5.2f} tuned /"
+                 f" {row.get('confluent_defaults', 0) / 1e6:4.2f} defaults M/s"
+                 f" ({row['x_confluent']:.2f}x the better)")
+    if "x_kafka_python" in row:
+        text += (f" | kafka-python {row['kafka_python'] / 1e6:5.3f} M/s "
+                 f"({row['x_kafka_python']:.1f}x)")
+    if "x_java" in row:
+        text += f" | java {row['java'] / 1e6:5.2f} M/s ({row['x_java']:.2f}x)"
     return text
-
 
 if __name__ == "__main__":
     main()

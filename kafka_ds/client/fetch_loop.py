@@ -47,9 +47,10 @@ Error handling, per partition unless said otherwise:
 Which replica a partition reads from is ``read_replica``'s (KIP-392); the wording of the
 errors that stop a read (no progress, a response that does not parse) is ``fetch_errors``'.
 
-Decoding (``chunk_decode``) runs in the calling thread, or with ``decode.threads`` in two
-steps: a small pool scans (CRC, decompression) the chunks as responses arrive, and the calling
-thread finishes them (records, Arrow) in arrival order (``Chunk.decoding``).
+Decoding (``chunk_decode``) runs in the calling thread, or with ``decode.threads`` partly in a
+small pool for chunks of large compressed records: the pool scans them (CRC, decompression) as
+responses arrive, and decodes them whole for fast codecs; the calling thread finishes them
+(records, Arrow) in arrival order (``Chunk.decoding``).
 """
 
 from __future__ import annotations
@@ -67,7 +68,12 @@ from typing import Any
 
 from kafka_ds.client import offsets as offset_lookup
 from kafka_ds.client import read_replica
-from kafka_ds.client.chunk_decode import decode_chunk, finish_chunk, scan_chunk
+from kafka_ds.client.chunk_decode import (
+    decode_ahead,
+    decode_ahead_mode,
+    decode_chunk,
+    finish_chunk,
+)
 from kafka_ds.client.cluster import Cluster
 from kafka_ds.client.fetch_config import FetchConfig, FetchMetrics
 from kafka_ds.client.fetch_errors import stalled_error, undecodable_response
@@ -408,9 +414,10 @@ class FetchLoop:
                 for chunk in new_chunks:
                     chunk.node_id, chunk.response_id = node.node_id, self._responses
                     chunk.budget = budget
-                    if self._decoder is not None:
-                        chunk.decoding = self._decoder.submit(scan_chunk, chunk, self.config,
-                                                             self.include_headers)
+                    mode = decode_ahead_mode(chunk.records) if self._decoder else None
+                    if self._decoder is not None and mode is not None:
+                        chunk.decoding = self._decoder.submit(decode_ahead, chunk, self.config,
+                                                             self.include_headers, mode)
         return len(self._queue) > queued
 
     def _on_done(self, node: BrokerFetch, future: RequestFuture[Any],
