@@ -8,8 +8,8 @@ GIL-bound Python and numpy. With ``decode.threads`` a pool scans the chunks of t
 as they arrive while the fetching thread finishes the chunk before them, so decompression
 overlaps record parsing, the network and the caller instead of queueing behind them (two
 threads each decoding whole chunks would fight for the GIL over the parsing instead). Only
-chunks where decompression weighs go to the pool, and those of fast codecs are decoded there
-whole (``decode_ahead_mode``); ``decode_chunk`` does both steps in the calling thread.
+chunks where decompression weighs go to the pool (``worth_scanning_ahead``); ``decode_chunk``
+does both steps in the calling thread.
 """
 
 from __future__ import annotations
@@ -45,46 +45,27 @@ _KEEP_AREAS = 4
 
 Scanned = ScannedBuffer | RecordColumns
 
-# Decoding ahead in a thread pays where decompression is a large share of decoding: compressed
-# batches whose records take this many compressed bytes or more each. Measured on 2 cores
-# shared with the broker: 1 KB zstd records read 15-30 % faster with a thread, while for 100 B
-# records (decompression a small share) the hand-off cost up to 20 % on a loaded machine.
+# Scanning ahead in a thread pays where decompression is a large share of decoding and runs in
+# long GIL-free calls: zstd and gzip batches whose records take this many compressed bytes or
+# more each. Measured on 2 cores shared with the broker (bench_fetcher, same run): 1 KB zstd
+# records 1.56x -> 1.71x confluent-kafka's rate. Not lz4 or snappy: they decompress about 3x
+# faster (lz4 7 GB/s here), so the thread's many short GIL-free calls each wait for the GIL
+# while the fetching thread parses; 1 KB lz4 records lost 20-40 % that way, 100 B records of
+# any codec up to 20 % to the hand-off.
 AHEAD_MIN_RECORD_BYTES = 128
-# Codecs that decompress fast (lz4 about 7 GB/s here, snappy alike) leave the parsing as the
-# larger part: the thread then decodes the whole chunk, so the records are parsed where they
-# were just decompressed (in that core's cache). The slow ones (zstd about 2.5 GB/s, gzip
-# slower) are only scanned there, and the fetching thread parses in parallel.
-_FAST_CODECS = frozenset({Compression.LZ4, Compression.SNAPPY})
+_SLOW_CODECS = frozenset({Compression.ZSTD, Compression.GZIP})
 
 
-def decode_ahead_mode(records: Buffer) -> str | None:
-    """How a decode thread should take this chunk: ``"scan"`` (step 1 only), ``"decode"``
-    (both steps) or None (decode it in the fetching thread). Judged by its first batch: a
-    compressed one, with at least ``AHEAD_MIN_RECORD_BYTES`` of compressed data per record."""
+def worth_scanning_ahead(records: Buffer) -> bool:
+    """Should a decode thread scan this chunk? Judged by its first batch: zstd or gzip, with
+    at least ``AHEAD_MIN_RECORD_BYTES`` of compressed data per record."""
     if len(records) < HEADER_BYTES or records[MAGIC_OFFSET] != MAGIC_V2:
-        return None
-    codec = records[ATTRIBUTES_OFFSET + 1] & COMPRESSION_MASK  # the low byte of the int16
-    if not codec:
-        return None
+        return False
+    if records[ATTRIBUTES_OFFSET + 1] & COMPRESSION_MASK not in _SLOW_CODECS:  # low byte
+        return False
     length = int.from_bytes(records[LENGTH_OFFSET:LOG_OVERHEAD], "big")
     count = int.from_bytes(records[HEADER_BYTES - 4:HEADER_BYTES], "big", signed=True)
-    if count <= 0 or length + LOG_OVERHEAD - HEADER_BYTES < count * AHEAD_MIN_RECORD_BYTES:
-        return None
-    return "decode" if codec in _FAST_CODECS else "scan"
-
-
-def decode_ahead(chunk: Chunk, config: FetchConfig, include_headers: bool,
-                 mode: str) -> tuple[Scanned, int]:
-    """What a decode thread does with a chunk (``decode_ahead_mode``); for ``finish_chunk``."""
-    scanned, elapsed_ns = scan_chunk(chunk, config, include_headers)
-    if mode != "decode" or isinstance(scanned, RecordColumns):
-        return scanned, elapsed_ns
-    started_ns = time.perf_counter_ns()
-    try:
-        columns = finish_columns(scanned)
-    finally:
-        _give_back(scanned.area)
-    return columns, elapsed_ns + time.perf_counter_ns() - started_ns
+    return 0 < count * AHEAD_MIN_RECORD_BYTES <= length + LOG_OVERHEAD - HEADER_BYTES
 
 
 def _take_area() -> DecodeArea:
@@ -122,7 +103,7 @@ def scan_chunk(chunk: Chunk, config: FetchConfig, include_headers: bool) -> tupl
 
 
 def finish_chunk(chunk: Chunk, scanned: Scanned, config: FetchConfig) -> tuple[RecordColumns, int]:
-    """Step 2 (unless done already): the chunk's columns (aborted transactions dropped under
+    """Step 2: the chunk's columns (aborted transactions dropped under
     read_committed) and the nanoseconds it took. Gives the scanned chunk's area back."""
     started_ns = time.perf_counter_ns()
     if isinstance(scanned, RecordColumns):

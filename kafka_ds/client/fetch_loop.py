@@ -47,10 +47,10 @@ Error handling, per partition unless said otherwise:
 Which replica a partition reads from is ``read_replica``'s (KIP-392); the wording of the
 errors that stop a read (no progress, a response that does not parse) is ``fetch_errors``'.
 
-Decoding (``chunk_decode``) runs in the calling thread, or with ``decode.threads`` partly in a
-small pool for chunks of large compressed records: the pool scans them (CRC, decompression) as
-responses arrive, and decodes them whole for fast codecs; the calling thread finishes them
-(records, Arrow) in arrival order (``Chunk.decoding``).
+Decoding (``chunk_decode``) runs in the calling thread, or with ``decode.threads`` in two
+steps for chunks of large zstd or gzip records: a small pool scans them (CRC, decompression)
+as responses arrive, and the calling thread finishes them (records, Arrow) in arrival order
+(``Chunk.decoding``).
 """
 
 from __future__ import annotations
@@ -69,10 +69,10 @@ from typing import Any
 from kafka_ds.client import offsets as offset_lookup
 from kafka_ds.client import read_replica
 from kafka_ds.client.chunk_decode import (
-    decode_ahead,
-    decode_ahead_mode,
     decode_chunk,
     finish_chunk,
+    scan_chunk,
+    worth_scanning_ahead,
 )
 from kafka_ds.client.cluster import Cluster
 from kafka_ds.client.fetch_config import FetchConfig, FetchMetrics
@@ -414,10 +414,9 @@ class FetchLoop:
                 for chunk in new_chunks:
                     chunk.node_id, chunk.response_id = node.node_id, self._responses
                     chunk.budget = budget
-                    mode = decode_ahead_mode(chunk.records) if self._decoder else None
-                    if self._decoder is not None and mode is not None:
-                        chunk.decoding = self._decoder.submit(decode_ahead, chunk, self.config,
-                                                             self.include_headers, mode)
+                    if self._decoder is not None and worth_scanning_ahead(chunk.records):
+                        chunk.decoding = self._decoder.submit(scan_chunk, chunk, self.config,
+                                                             self.include_headers)
         return len(self._queue) > queued
 
     def _on_done(self, node: BrokerFetch, future: RequestFuture[Any],

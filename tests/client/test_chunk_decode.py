@@ -19,11 +19,10 @@ import pytest
 
 from kafka_ds.client import chunk_decode
 from kafka_ds.client.chunk_decode import (
-    decode_ahead,
-    decode_ahead_mode,
     decode_chunk,
     finish_chunk,
     scan_chunk,
+    worth_scanning_ahead,
 )
 from kafka_ds.client.fetch_config import FetchConfig
 from kafka_ds.client.fetch_state import Chunk, PartitionRead
@@ -154,27 +153,14 @@ def test_which_chunks_a_decode_thread_takes() -> None:
     rnd = random.Random(5)
     large = [NewRecord(b"k", rnd.randbytes(600)) for _ in range(20)]  # incompressible
     small = [NewRecord(b"k", b"v" * 60) for _ in range(200)]
-    assert decode_ahead_mode(encode_batch(large)) is None  # uncompressed: CRC only
-    assert decode_ahead_mode(encode_batch(small, compression=Compression.ZSTD)) is None
-    assert decode_ahead_mode(encode_batch(large, compression=Compression.ZSTD)) == "scan"
-    assert decode_ahead_mode(encode_batch(large, compression=Compression.GZIP)) == "scan"
-    assert decode_ahead_mode(encode_batch(large, compression=Compression.LZ4)) == "decode"
-    assert decode_ahead_mode(encode_batch(large, compression=Compression.SNAPPY)) == "decode"
-    assert decode_ahead_mode(b"") is None
-    assert decode_ahead_mode(encode_batch(large, compression=Compression.LZ4)[:40]) is None
-    legacy = (GOLDEN / "golden-lz4.bin").read_bytes()
-    legacy = legacy[:16] + b"\x01" + legacy[17:]  # magic 1: the per-record path
-    assert decode_ahead_mode(legacy) is None
-
-
-@pytest.mark.parametrize("mode", ["scan", "decode"])
-def test_decode_ahead_in_a_thread_then_finish(mode: str) -> None:
-    config = FetchConfig()
-    with ThreadPoolExecutor(1) as pool:
-        work = [(name, chunk, pool.submit(decode_ahead, chunk, config, False, mode))
-                for name in COMPRESSED for chunk in [_chunk((GOLDEN / name).read_bytes(), name)]]
-        for name, chunk, future in work:
-            ahead, _ = future.result()
-            assert isinstance(ahead, RecordColumns if mode == "decode" else ScannedBuffer)
-            columns, _ = finish_chunk(chunk, ahead, config)
-            _assert_written(columns, name)
+    assert not worth_scanning_ahead(encode_batch(large))  # uncompressed: CRC only
+    assert not worth_scanning_ahead(encode_batch(small, compression=Compression.ZSTD))
+    assert worth_scanning_ahead(encode_batch(large, compression=Compression.ZSTD))
+    assert worth_scanning_ahead(encode_batch(large, compression=Compression.GZIP))
+    assert not worth_scanning_ahead(encode_batch(large, compression=Compression.LZ4))
+    assert not worth_scanning_ahead(encode_batch(large, compression=Compression.SNAPPY))
+    assert not worth_scanning_ahead(b"")
+    assert not worth_scanning_ahead(encode_batch(large, compression=Compression.ZSTD)[:40])
+    legacy = bytearray(encode_batch(large, compression=Compression.ZSTD))
+    legacy[16] = 1  # magic 1: the per-record path
+    assert not worth_scanning_ahead(legacy)
