@@ -47,11 +47,10 @@ Scanned = ScannedBuffer | RecordColumns
 
 # Scanning ahead in a thread pays where decompression is a large share of decoding and runs in
 # long GIL-free calls: zstd and gzip batches whose records take this many compressed bytes or
-# more each. Measured on 2 cores shared with the broker (bench_fetcher, same run): 1 KB zstd
-# records 1.56x -> 1.71x confluent-kafka's rate. Not lz4 or snappy: they decompress about 3x
-# faster (lz4 7 GB/s here), so the thread's many short GIL-free calls each wait for the GIL
-# while the fetching thread parses; 1 KB lz4 records lost 20-40 % that way, 100 B records of
-# any codec up to 20 % to the hand-off.
+# more each (1 KB zstd records: the fetching thread's CPU per record 900 -> 500 ns). Not lz4 or
+# snappy: they decompress about 3x faster (lz4 7 GB/s here), so the thread's many short
+# GIL-free calls each wait for the GIL while the fetching thread parses; 1 KB lz4 records lost
+# 20-40 % that way, and 100 B records of any codec up to 20 % to the hand-off.
 AHEAD_MIN_RECORD_BYTES = 128
 _SLOW_CODECS = frozenset({Compression.ZSTD, Compression.GZIP})
 

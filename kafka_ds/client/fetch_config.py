@@ -25,17 +25,18 @@ Options that are ours, not the Java consumer's:
   one response may inflate to (a decompression bomb stops here), legacy wrappers included.
 * ``fetch.max.decompressed.response.bytes`` (1 GiB): the same for all partitions of one
   response together, so that many partitions cannot add up to an unbounded total.
-* ``decode.threads`` (1): threads that decompress chunks of large zstd or gzip records while
+* ``decode.threads`` (0): threads that decompress chunks of large zstd or gzip records while
   the calling thread receives the next responses, parses the records of the chunk before and
   hands out Arrow batches (CRC-32C and zstd release the GIL). A chunk goes to them when its
   first batch is zstd or gzip with at least 128 compressed bytes per record; anything else,
   and everything with 0, is decoded in the calling thread. For small records decompression is
   a small share and the hand-off costs more than it saves; lz4 and snappy decompress about 3x
   faster, in calls too short to overlap (their thread waited for the GIL instead). Each thread
-  beyond the first allows one more buffered response per broker. Measured on 2 cores shared
-  with the broker (integration/benchmarks/bench_fetcher.py), one thread takes the calling
-  thread's CPU per 1 KB zstd record from about 900 ns to about 550 ns; more threads gained
-  nothing there.
+  beyond the first allows one more buffered response per broker. One thread takes the calling
+  thread's CPU per 1 KB zstd record from about 900 ns to about 500 ns, for about 100 ns more
+  CPU in all: it pays where a core is idle (one reader on a machine with cores to spare), not
+  where every core is busy (Spark tasks on all executor cores, or 2 cores shared with a
+  broker, as measured with integration/benchmarks/bench_fetcher.py), hence 0 by default.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class FetchConfig:
     arrow_batch_rows: int = 65_536
     include_headers: bool = False
     max_decompressed_bytes: int = 256 * 1024 * 1024
-    decode_threads: int = 1
+    decode_threads: int = 0
     max_decompressed_response_bytes: int = 1024 * 1024 * 1024
 
     def __post_init__(self) -> None:
@@ -135,7 +136,7 @@ class FetchConfig:
             include_headers=parse_bool(properties, "include.headers", False),
             max_decompressed_bytes=parse_int(properties, "fetch.max.decompressed.bytes",
                                              256 * 1024 * 1024, minimum=1),
-            decode_threads=parse_int(properties, "decode.threads", 1, minimum=0),
+            decode_threads=parse_int(properties, "decode.threads", 0, minimum=0),
             max_decompressed_response_bytes=parse_int(
                 properties, "fetch.max.decompressed.response.bytes", 1024 * 1024 * 1024,
                 minimum=1),

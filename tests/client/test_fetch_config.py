@@ -20,7 +20,7 @@ def test_defaults_follow_the_java_consumer() -> None:
     assert config.max_partition_fetch_bytes == 4 * 1_048_576  # documented difference
     assert config.isolation_level == IsolationLevel.READ_UNCOMMITTED
     assert config.check_crcs and config.fail_on_data_loss and not config.include_headers
-    assert config.decode_threads == 1
+    assert config.decode_threads == 0
 
 
 def test_java_names_are_read() -> None:
