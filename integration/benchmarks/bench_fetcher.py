@@ -33,7 +33,6 @@ import gc
 import json
 import pstats
 import random
-import resource
 import statistics
 import subprocess
 import sys
@@ -59,12 +58,6 @@ def _rss_bytes() -> tuple[int, int]:
         if line.startswith(("VmRSS:", "VmHWM:")):
             values[line.split(":")[0]] = int(line.split()[1]) * 1024
     return values["VmRSS"], values["VmHWM"]
-
-
-def _cpu_seconds() -> float:
-    """CPU time of this process, all threads (user + system)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _payload_file(value_bytes: int, distinct: int = 20_000) -> Path:
@@ -108,13 +101,13 @@ _PEERS = ("confluent", "confluent_defaults", "kafka_python", "java")
 def _ours(cluster: KafkaCluster, topic: str, records: int, options: dict[str, str]) -> float:
     props = {"bootstrap.servers": cluster.bootstrap(), **options}
     with Fetcher.from_properties(props) as fetcher:
-        cpu_before = _cpu_seconds()
+        cpu_before = time.process_time()  # every thread, as bench_producer
         started = time.perf_counter()
         rows = 0
         for batch in fetcher.read_arrow([(topic, 0, 0, records)]):
             rows += batch.num_rows
         elapsed = time.perf_counter() - started
-        cpu = _cpu_seconds() - cpu_before
+        cpu = time.process_time() - cpu_before
     assert rows == records, (rows, records)
     metrics = fetcher.metrics
     # Where the time went: blocked on the network vs decoding (the rest: the fetch loop).

@@ -28,13 +28,13 @@ from kafka_ds.protocol.record_columns import (
     scan_buffer,
 )
 from kafka_ds.protocol.records import (
-    ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     HEADER_BYTES,
-    LENGTH_OFFSET,
-    LOG_OVERHEAD,
+    HEADER_STRUCT,
     MAGIC_OFFSET,
     MAGIC_V2,
+    MIN_BATCH_LENGTH,
+    RecordBatchHeader,
 )
 
 # Areas kept between chunks (a kept area is already mapped: a fresh multi-MiB one costs a page
@@ -60,11 +60,11 @@ def worth_scanning_ahead(records: Buffer) -> bool:
     at least ``AHEAD_MIN_RECORD_BYTES`` of compressed data per record."""
     if len(records) < HEADER_BYTES or records[MAGIC_OFFSET] != MAGIC_V2:
         return False
-    if records[ATTRIBUTES_OFFSET + 1] & COMPRESSION_MASK not in _SLOW_CODECS:  # low byte
+    header = RecordBatchHeader._make(HEADER_STRUCT.unpack_from(records))
+    if header.attributes & COMPRESSION_MASK not in _SLOW_CODECS:
         return False
-    length = int.from_bytes(records[LENGTH_OFFSET:LOG_OVERHEAD], "big")
-    count = int.from_bytes(records[HEADER_BYTES - 4:HEADER_BYTES], "big", signed=True)
-    return 0 < count * AHEAD_MIN_RECORD_BYTES <= length + LOG_OVERHEAD - HEADER_BYTES
+    records_bytes = header.batch_length - MIN_BATCH_LENGTH
+    return 0 < header.record_count * AHEAD_MIN_RECORD_BYTES <= records_bytes
 
 
 def _take_area() -> DecodeArea:
