@@ -11,12 +11,15 @@ alternating the two formats within each round:
   materialised; a ``count()`` would let Spark skip the columns;
 - streaming read: ``Trigger.AvailableNow`` over the whole topic in 4 micro-batches
   (``maxOffsetsPerTrigger``), each aggregated the same way in ``foreachBatch``. Three figures:
-  ``stream`` from ``start()`` to the end of the query; ``stream-in-triggers`` over the sum of
-  the micro-batches' ``triggerExecution`` (the steady state of a long-running query), with
-  its CPU per row counted from the first ``foreachBatch`` call; and ``start_s``, from
-  ``start()`` to the first trigger. ``stream-triggers`` lines give, per format, the first
-  trigger's duration, the median of the later ones, and the median of each phase
-  (latestOffset, queryPlanning, addBatch, walCommit + commitOffsets). A Python streaming
+  ``stream`` from ``start()`` to the end of the query; ``stream-steady`` over the middle
+  micro-batches (all but the first and the last: the steady state of a long-running query),
+  with their CPU per row; and ``start_s``, from ``start()`` to the first trigger.
+  ``stream-triggers`` lines give, per format, the first, middle (median) and last triggers'
+  durations and the median of each phase of the middle ones (latestOffset, queryPlanning,
+  addBatch, walCommit + commitOffsets). The first trigger carries the query's start; the last
+  reads up to the end of the log, where the JVM connector's consumer waits its
+  ``fetch.max.wait.ms`` (500 ms) for records that never come: a cost of draining a topic to
+  its end, which the whole-query figure keeps, not of the steady state. A Python streaming
   source pays Spark's start of a planner process per query before the first trigger (a
   fresh interpreter that compiles pyspark from ``pyspark.zip``, about 1 s of CPU here), which
   the JVM connector does not: it is a cost of starting a query, not of reading, so it is
@@ -32,7 +35,9 @@ the driver), as microseconds of CPU per row. On a machine shared with other work
 ratios swing with the load; CPU per row much less, and on 2 busy cores throughput follows it.
 The load average is printed with each topic.
 
-Figures are medians of ``--runs`` rounds; ratios are ours / JVM (for CPU: JVM / ours, so that
+The session runs Spark's Python workers over Unix domain sockets, as the README recommends
+(``spark_settings``; ``--tcp-python-sockets`` for Spark's default TCP). Figures are medians of
+``--runs`` rounds; ratios are ours / JVM (for CPU: JVM / ours, so that
 above 1 is better for us in both).
 
     .venv/bin/python integration/benchmarks/bench_spark_source.py
@@ -60,7 +65,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from integration.benchmarks import floor_source
+from integration.benchmarks import floor_source, spark_settings
 from integration.benchmarks.bench_fetcher import _payload_file
 from integration.benchmarks.cpu_meter import CpuMeter
 from integration.harness.cluster import KafkaCluster
@@ -72,6 +77,8 @@ FORMATS = ("pykafka", "kafka")
 # (floor_source): what any Python streaming source pays, beside what pykafka pays.
 FLOOR = "kafka_ds_floor"
 PARTITIONS = 4
+# Micro-batches per streaming read; the steady state is all but the first and the last.
+TRIGGERS = 4
 
 
 def _produce(cluster: KafkaCluster, topic: str, records: int, value_bytes: int,
@@ -133,47 +140,49 @@ def _phase_ms(progress: dict[str, Any], phase: str) -> float:
 
 def _stream(spark: Any, fmt: str, bootstrap: str, topic: str, records: int,
             meter: CpuMeter | None = None) -> dict[str, Any]:
-    """Records/s from query start to its end and within the triggers; seconds to the first
-    trigger; the median of each phase of the triggers (ms), the first trigger apart. With a
-    ``meter``, also the CPU time from the first micro-batch's ``foreachBatch`` call (the
-    query started, its planner process running, batch 0 planned but not read) to the end:
-    what the triggers cost per row, without the query's start."""
-    seen = []
-    cpu_at_first_batch: dict[str, float] = {}
+    """Records/s from query start to its end (``rps``) and in the steady state (``steady_rps``:
+    the micro-batches between the first and the last); seconds to the first trigger; the
+    first, middle (median) and last triggers' durations and the middle ones' phases (ms).
+    With a ``meter``, also the CPU time per row of the middle micro-batches, from the second
+    ``foreachBatch`` call to the last one (each call's snapshot is taken before its read)."""
+    seen: list[int] = []
+    cpu_at_call: list[dict[str, float]] = []
 
     def each_batch(df: Any, batch_id: int) -> None:
-        if meter is not None and not cpu_at_first_batch:
-            cpu_at_first_batch.update(meter.snapshot())
+        if meter is not None:
+            cpu_at_call.append(meter.snapshot())
         seen.append(_every_column(df)[0][-1])
 
     started_wall = time.time()
     started = time.perf_counter()
     query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
              .option("subscribe", topic).option("startingOffsets", "earliest")
-             .option("maxOffsetsPerTrigger", str(records // 4 + PARTITIONS)).load()
+             .option("maxOffsetsPerTrigger", str(records // TRIGGERS + PARTITIONS)).load()
              .writeStream.foreachBatch(each_batch).trigger(availableNow=True).start())
     query.awaitTermination()
     elapsed = time.perf_counter() - started
     assert query.exception() is None, query.exception()
     assert sum(seen) == records, (fmt, seen, records)
     progress = [p for p in query.recentProgress if p["numInputRows"]]
-    in_triggers_s = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
+    assert len(progress) >= 3, (fmt, "a steady state needs 3 micro-batches or more", progress)
+    middle = progress[1:-1]
+    middle_s = sum(p["durationMs"]["triggerExecution"] for p in middle) / 1000
     first_trigger = datetime.fromisoformat(
         query.recentProgress[0]["timestamp"].replace("Z", "+00:00"))
     figures: dict[str, Any] = {
-        "rps": records / elapsed, "in_triggers_rps": records / in_triggers_s,
+        "rps": records / elapsed,
+        "steady_rps": sum(p["numInputRows"] for p in middle) / middle_s,
         "start_s": first_trigger.timestamp() - started_wall,
         "first_trigger_ms": progress[0]["durationMs"]["triggerExecution"],
-        "trigger_ms": statistics.median(p["durationMs"]["triggerExecution"]
-                                        for p in progress[1:] or progress),
-        "phases_ms": {phase: statistics.median(_phase_ms(p, phase) for p in progress)
+        "trigger_ms": statistics.median(p["durationMs"]["triggerExecution"] for p in middle),
+        "last_trigger_ms": progress[-1]["durationMs"]["triggerExecution"],
+        "phases_ms": {phase: statistics.median(_phase_ms(p, phase) for p in middle)
                       for phase in _PHASES},
     }
-    if meter is not None and cpu_at_first_batch:
-        # Summed over the processes: the planner process moves from the live Python workers
-        # to the JVM's reaped children when the query stops, so only the total is exact.
-        cpu_s = sum(CpuMeter.spent(cpu_at_first_batch, meter.snapshot()).values())
-        figures["in_triggers_cpu_us_per_row"] = 1e6 * cpu_s / records
+    if len(cpu_at_call) == len(seen) >= 3:
+        # Summed over the processes: only the total is exact when work moves between them.
+        cpu_s = sum(CpuMeter.spent(cpu_at_call[1], cpu_at_call[-1]).values())
+        figures["steady_cpu_us_per_row"] = 1e6 * cpu_s / sum(seen[1:-1])
     return figures
 
 
@@ -315,8 +324,7 @@ def _row(mode: str, size: int, codec: str, records: int,
                            "records": records, "pykafka_rps": round(ours),
                            "kafka_rps": round(jvm), "ratio": round(ours / jvm, 2),
                            "runs": {fmt: [round(r[key]) for r in runs[fmt]] for fmt in FORMATS}}
-    cpu_key = {"rps": "cpu_us_per_row",
-               "in_triggers_rps": "in_triggers_cpu_us_per_row"}.get(key, "")
+    cpu_key = {"rps": "cpu_us_per_row", "steady_rps": "steady_cpu_us_per_row"}.get(key, "")
     if cpu_key and all(cpu_key in r for fmt in FORMATS for r in runs[fmt]):
         cpu = {fmt: statistics.median(r[cpu_key] for r in runs[fmt]) for fmt in FORMATS}
         row["cpu_us_per_row"] = {fmt: round(value, 3) for fmt, value in cpu.items()}
@@ -332,7 +340,8 @@ def _trigger_row(size: int, codec: str, runs: dict[str, list[dict[str, Any]]]
     figures: dict[str, dict[str, float]] = {}
     for fmt in FORMATS:
         figures[fmt] = {key: round(statistics.median(r[key] for r in runs[fmt]), 3)
-                        for key in ("start_s", "first_trigger_ms", "trigger_ms")}
+                        for key in ("start_s", "first_trigger_ms", "trigger_ms",
+                                    "last_trigger_ms")}
         figures[fmt].update({phase: statistics.median(r["phases_ms"][phase] for r in runs[fmt])
                              for phase in _PHASES})
     return {"mode": "stream-triggers", "value_bytes": size, "codec": codec, **figures}
@@ -367,6 +376,9 @@ def main() -> int:
     parser.add_argument("--py-spy", type=Path, default=None,
                         help="record the Python workers of our runs with py-spy into this dir "
                              "(dev extra) and print the top frames")
+    parser.add_argument("--tcp-python-sockets", action="store_true",
+                        help="Spark's default TCP sockets to the Python workers instead of the "
+                             "Unix domain sockets the README recommends")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
 
@@ -387,7 +399,8 @@ def main() -> int:
                 print(f"writing {records} x {size} B ({codec}) to {topic}", flush=True)
                 _produce(cluster, topic, records, size, codec)
                 topics[(size, codec)] = (topic, records)
-        spark = spark_session(fetch_spark_kafka_jars(), app_name="bench_spark_source")
+        spark = spark_session(fetch_spark_kafka_jars(), app_name="bench_spark_source",
+                              conf=spark_settings.session_conf(args.tcp_python_sockets))
         bootstrap = cluster.bootstrap()
         # Warm both formats up once (JVM classes and JIT, Python workers), batch and stream
         # (the overhead run warms itself up: its first batches are not counted).
@@ -414,9 +427,9 @@ def main() -> int:
                         finally:
                             spy.stop()
             for mode in modes:
-                keys = ["rps"] if mode == "batch" else ["rps", "in_triggers_rps"]
+                keys = ["rps"] if mode == "batch" else ["rps", "steady_rps"]
                 for key in keys:
-                    label = mode if key == "rps" else "stream-in-triggers"
+                    label = mode if key == "rps" else "stream-steady"
                     row = _row(label, size, codec, records, runs[mode], key)
                     results["throughput"].append(row)
                     _print_row(row)
@@ -426,7 +439,8 @@ def main() -> int:
                     for fmt in FORMATS:
                         print(f"{'stream-triggers':18} {size:5} B {codec:5}  {fmt:8} start() to "
                               "first trigger {start_s:.2f} s, first trigger {first_trigger_ms:.0f} "
-                              "ms, later triggers {trigger_ms:.0f} ms; per trigger: latestOffset "
+                              "ms, middle {trigger_ms:.0f} ms, last {last_trigger_ms:.0f} ms; "
+                              "per middle trigger: latestOffset "
                               "{latestOffset:.0f}, queryPlanning {queryPlanning:.0f}, addBatch "
                               "{addBatch:.0f}, walCommit + commitOffsets {logs:.0f} ms"
                               .format(**row[fmt]), flush=True)

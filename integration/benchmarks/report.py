@@ -13,11 +13,16 @@ Cases (``--only`` picks some):
   CPU time (bench_records.py);
 - ``produce`` / ``consume``: the client vs confluent-kafka, kafka-python and Kafka's Java
   perf tool (bench_producer.py, bench_fetcher.py);
-- ``spark-read``: ``format("pykafka")`` vs ``format("kafka")``, batch and availableNow, every
-  column aggregated (bench_spark_source.py);
+- ``spark-read``: ``format("pykafka")`` vs ``format("kafka")``, batch and availableNow (whole
+  query, and its middle micro-batches: the steady state), every column aggregated
+  (bench_spark_source.py);
 - ``spark-write``: pykafka exactly-once and at-least-once vs the JVM sink (bench_spark_sink.py);
 - ``memory``: the Python worker's RSS while one task reads a topic >= 10x its fetch bounds;
 - ``latency``: produce-to-foreachBatch p50/p99 at a steady 10 k records/s, both connectors.
+
+The Spark session runs its Python workers over Unix domain sockets, as the README recommends
+for ``format("pykafka")`` (``spark_settings``; the report lists it under Versions);
+``--tcp-python-sockets`` keeps Spark's default TCP.
 
 ``--quick`` (``make bench-quick``) shrinks every case to finish in about 5 minutes on a quiet
 2-core machine; the full mode is what the README quotes.
@@ -44,7 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from integration.benchmarks import report_cases
+from integration.benchmarks import report_cases, spark_settings
 from integration.benchmarks.report_writer import Report, summary, write_report
 from integration.harness.cluster import KafkaCluster, java_executable
 
@@ -108,19 +113,23 @@ class Progress:
 
 
 def run(cluster: KafkaCluster, config: report_cases.Config, cases: list[str], out_dir: Path,
-        mode: str) -> Report:
-    """Run ``cases`` against ``cluster`` and write the report into ``out_dir``."""
+        mode: str, spark_conf: dict[str, str] | None = None) -> Report:
+    """Run ``cases`` against ``cluster`` and write the report into ``out_dir``; the Spark
+    cases with ``spark_conf`` (default: ``spark_settings.UNIX_SOCKETS``)."""
     progress = Progress()
     spark = jars = None
+    spark_conf = dict(spark_settings.UNIX_SOCKETS) if spark_conf is None else spark_conf
     if any(case in SPARK_CASES for case in cases):
         from integration.harness.jars import fetch_spark_kafka_jars
         from integration.harness.spark import spark_session
 
         jars = fetch_spark_kafka_jars()
-        spark = spark_session(jars, app_name="kafka_ds-bench")
+        spark = spark_session(jars, app_name="kafka_ds-bench", conf=spark_conf)
         spark.sparkContext.setLogLevel("ERROR")
     report = Report(mode=mode, machine=machine(), versions=versions(cluster, jars),
                     targets=report_cases.TARGETS)
+    if jars is not None:
+        report.versions["Spark settings"] = spark_settings.describe(spark_conf)
     if mode == "quick":
         report.notes.append(
             "Quick mode: topics of a few MB, 3 repetitions. Fixed costs (query start, the Python "
@@ -167,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codecs", nargs="+", choices=["none", "gzip", "snappy", "lz4", "zstd"],
                         help="codecs instead of the mode's")
     parser.add_argument("--runs", type=int, help="repetitions instead of the mode's")
+    parser.add_argument("--tcp-python-sockets", action="store_true",
+                        help="Spark's default TCP sockets to the Python workers instead of the "
+                             "Unix domain sockets the README recommends")
     parser.add_argument("--out", type=Path,
                         help="output directory (default: bench-results/<UTC date>[-quick])")
     args = parser.parse_args(argv)
@@ -179,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out or ROOT / "bench-results" / (day + ("-quick" if args.quick else ""))
     cases = [case for case in CASES if case in args.only]
     with KafkaCluster(nodes=1, heap_mb=1024) as cluster:
-        report = run(cluster, config, cases, out_dir, mode)
+        report = run(cluster, config, cases, out_dir, mode,
+                     spark_settings.session_conf(args.tcp_python_sockets))
     print(f"\n{mode} run: {report.wall_s / 60:.1f} min; report: {out_dir / 'report.md'}")
     if report.failed:
         print(f"failed cases: {', '.join(report.failed)}", file=sys.stderr)
