@@ -22,6 +22,7 @@ from kafka_ds.protocol.compression import Buffer, Compression
 from kafka_ds.protocol.read_committed import filter_committed
 from kafka_ds.protocol.record_columns import (
     DecodeArea,
+    DecodeOptions,
     RecordColumns,
     ScannedBuffer,
     finish_columns,
@@ -86,12 +87,11 @@ def scan_chunk(chunk: Chunk, config: FetchConfig, include_headers: bool) -> tupl
     assert part is not None
     area = _take_area()
     try:
-        scanned = scan_buffer(
-            chunk.records, start_offset=chunk.fetch_offset, end_offset=part.end,
-            include_headers=include_headers,
+        options = DecodeOptions(
+            start_offset=chunk.fetch_offset, end_offset=part.end, include_headers=include_headers,
             max_decompressed_bytes=config.max_decompressed_bytes, topic=part.tp.topic,
-            partition=part.tp.partition, verify_crc=config.check_crcs, budget=chunk.budget,
-            area=area)
+            partition=part.tp.partition, verify_crc=config.check_crcs)
+        scanned = scan_buffer(chunk.records, options, budget=chunk.budget, area=area)
     except BaseException:
         area.release()
         _give_back(area)

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
-from kafka_ds.protocol.record_columns import BatchColumns, RecordColumns
+from kafka_ds.protocol.record_columns_types import BatchColumns, RecordColumns
 from kafka_ds.protocol.records import ControlRecordType
 
 BoolArray = npt.NDArray[np.bool_]

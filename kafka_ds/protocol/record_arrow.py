@@ -1,6 +1,6 @@
 """Arrow shapes of fetched records: Spark's Kafka source schema, and gathering from buffers.
 
-Layer: protocol (sans-IO). Imports numpy and pyarrow; ``record_columns`` only for its types.
+Layer: protocol (sans-IO). Imports numpy and pyarrow; ``record_columns_types`` only for its types.
 Spark's Python data source checks that every yielded ``pyarrow.RecordBatch`` has exactly the
 Arrow schema it derives from the source's declared schema (``to_arrow_schema``, UTC): ``binary``
 not ``large_binary``, ``timestamp[us, tz=UTC]``, int32/int64 as declared, and a list child named
@@ -16,7 +16,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from kafka_ds.protocol.record_columns import RecordColumns
+    from kafka_ds.protocol.record_columns_types import RecordColumns
 
 Int64Array = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]

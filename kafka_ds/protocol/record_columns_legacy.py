@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from kafka_ds.protocol.decompression_budget import DecompressionBudget
 from kafka_ds.protocol.errors import DecodeError
-from kafka_ds.protocol.record_columns import HEADERS_TYPE, BatchColumns, RecordColumns
+from kafka_ds.protocol.record_arrow import HEADERS_TYPE
+from kafka_ds.protocol.record_columns_types import BatchColumns, RecordColumns
 from kafka_ds.protocol.records import DEFAULT_MAX_DECOMPRESSED_BYTES, Buffer, iter_batches
 
 
