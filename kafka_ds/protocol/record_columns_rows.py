@@ -44,9 +44,10 @@ _VECTOR_HEADER_SLOTS = 16
 _STEP = [1 + (b >> 1) if b < 0x80 else 2 + ((b & 0x7F) >> 1) for b in range(256)]
 
 
-def _record_starts(area: Buffer, sections: list[Section], where: str,
-                   exact: bool = False) -> Int64Array:
-    """Follow the record length varints through every section: the one per-record loop.
+def _section_starts(area: Buffer, section: Section, where: str, exact: bool,
+                    starts: list[int]) -> None:
+    """Append where each record of ``section`` starts, following the record length varints:
+    the one per-record loop.
 
     The fast loop assumes lengths of one or two varint bytes and does not look at the sign;
     the caller checks every step against a full vectorised decode of the same varints and
@@ -54,40 +55,73 @@ def _record_starts(area: Buffer, sections: list[Section], where: str,
     never decides anything alone. A section whose fast walk does not land on its end is redone
     exactly at once (records of 8 KiB or more have three-byte lengths).
     """
-    starts: list[int] = []
+    start, stop, count, _ = section
+    if count * MIN_RECORD_BYTES > stop - start:
+        raise DecodeError(f"record count{where}", start,
+                          f"{count} records cannot fit in {stop - start} bytes")
     append = starts.append
-    step = _STEP
-    for start, stop, count, _ in sections:
-        if count * MIN_RECORD_BYTES > stop - start:
-            raise DecodeError(f"record count{where}", start,
-                              f"{count} records cannot fit in {stop - start} bytes")
-        mark = len(starts)
+    mark = len(starts)
+    pos = start
+    if not exact:
+        step = _STEP
+        try:
+            for _ in range(count):
+                append(pos)
+                byte = area[pos]
+                if byte < 0x80:
+                    pos += step[byte]
+                else:
+                    pos += step[byte] + (area[pos + 1] << 6)
+        except IndexError:
+            pos = -1
+        if pos == stop:
+            return
+        del starts[mark:]
         pos = start
-        if not exact:
-            try:
-                for _ in range(count):
-                    append(pos)
-                    byte = area[pos]
-                    if byte < 0x80:
-                        pos += step[byte]
-                    else:
-                        pos += step[byte] + (area[pos + 1] << 6)
-            except IndexError:
-                pos = -1
-            if pos == stop:
-                continue
-            del starts[mark:]
-            pos = start
-        for _ in range(count):
-            append(pos)
-            length, pos = read_varint(area, pos)
-            if length < 0:
-                raise DecodeError(f"record length{where}", pos, f"negative length {length}")
-            pos += length
-        if pos != stop:
-            raise DecodeError(f"records{where}", min(pos, stop),
-                              f"records end at {pos}, their batch section at {stop}")
+    for _ in range(count):
+        append(pos)
+        length, pos = read_varint(area, pos)
+        if length < 0:
+            raise DecodeError(f"record length{where}", pos, f"negative length {length}")
+        pos += length
+    if pos != stop:
+        raise DecodeError(f"records{where}", min(pos, stop),
+                          f"records end at {pos}, their batch section at {stop}")
+
+
+def _record_starts(area: Buffer, sections: list[Section], where: str,
+                   exact: bool = False) -> Int64Array:
+    """Where every record of every section starts, walked record by record."""
+    starts: list[int] = []
+    for section in sections:
+        _section_starts(area, section, where, exact, starts)
     return np.array(starts, dtype=np.int64)
+
+
+def _guessed_starts(area: Buffer, sections: list[Section], where: str) -> Int64Array:
+    """Where every record starts, walking only one section of each shape (record count, bytes)
+    and guessing that the others of that shape lay their records out the same way.
+
+    A producer's batches are mostly alike: same record count, same byte length, and then
+    nearly always the same record sizes (fixed-size values; offset and timestamp deltas that
+    grow alike in each batch). The guess is only a guess: the caller checks every record's
+    length against the next start and walks record by record when one disagrees.
+    """
+    layouts: dict[tuple[int, int], Int64Array] = {}
+    parts: list[Int64Array] = []
+    walked: list[int] = []
+    for section in sections:
+        start, stop, count, _ = section
+        layout = layouts.get((count, stop - start))
+        if layout is None:
+            walked.clear()
+            _section_starts(area, section, where, False, walked)
+            found = np.array(walked, dtype=np.int64)
+            layouts[count, stop - start] = found - start
+            parts.append(found)
+        else:
+            parts.append(layout + start)
+    return np.concatenate(parts)
 
 
 def _record_bounds(data: npt.NDArray[np.uint8], area: Buffer, sections: list[Section],
@@ -95,11 +129,21 @@ def _record_bounds(data: npt.NDArray[np.uint8], area: Buffer, sections: list[Sec
     """Every record's start, body start (after the length) and end, cross-checked."""
     stops = np.array([section[1] for section in sections], dtype=np.int64)
     last_rows = np.cumsum([section[2] for section in sections]) - 1
-    for exact in (False, True):
-        starts = _record_starts(area, sections, where, exact)
-        lengths, body = decode_varints(data, starts, 5, f"record length{where}")
+    for attempt in ("guess", "fast", "exact"):
+        if attempt == "guess":
+            starts = _guessed_starts(area, sections, where)
+        else:
+            starts = _record_starts(area, sections, where, exact=attempt == "exact")
+        try:
+            lengths, body = decode_varints(data, starts, 5, f"record length{where}")
+        except DecodeError:
+            if attempt == "guess":  # a guessed start inside a record can read anything
+                continue
+            raise
         record_end = body + lengths
         # Each record must end where the next one starts, the last where its section ends.
+        # With the first start of every section at the section's start (all three walks
+        # begin there), this proves every start, whichever walk found it.
         expected = np.empty_like(starts)
         expected[:-1] = starts[1:]
         expected[last_rows] = stops
