@@ -13,14 +13,15 @@ How, for one partition's ``records`` bytes (many batches, some compressed):
    decompressed; compressed batches are decompressed (under the size cap).
 2. The records sections are laid end to end in one buffer (the fetch buffer itself when nothing
    was compressed, else the decompressed sections, written in place into a ``DecodeArea`` the
-   caller may keep from one call to the next). One thin Python loop follows each record's
-   length varint to find where every record starts: the only step that is sequential by
-   nature.
+   caller may keep from one call to the next). A thin Python loop follows each record's
+   length varint to find where every record starts (the only step that is sequential by
+   nature), in one batch of each shape (record count, bytes); batches of the same shape are
+   guessed to be laid out alike, and every guessed start is checked.
 3. numpy decodes every other field of every record at once (``varint_arrays``), checks that each
    record's fields end exactly where its length says, and drops rows outside the offset range.
-4. Keys and values are gathered by Arrow (``record_arrow.take_pairs``: two ``take`` calls over
-   a zero-copy binary array of the buffer, one memcpy per value in C++). Headers go the same
-   way, one header slot at a time.
+4. Keys and values are copied out of the buffer into exactly sized Arrow buffers
+   (``record_arrow.gather``). Headers are gathered with Arrow ``take``, one header slot at a
+   time.
 
 Control batches never produce rows; their marker type is kept per batch for ``read_committed``.
 Buffers holding legacy (magic 0/1) message sets take a per-record path with the same output.
@@ -179,7 +180,7 @@ def finish_columns(scanned: ScannedBuffer) -> RecordColumns:
             scan.area, scan.sections, scan.meta, options.start_offset, options.end_offset,
             options.include_headers, where)
     finally:
-        # Every column is a copy (Arrow ``take``, numpy arithmetic): the area may be reused.
+        # Every column is a copy (``gather``, Arrow ``take``, numpy arithmetic): the area may be reused.
         scanned.area.release()
     return RecordColumns(offsets, timestamps, types, keys, values, headers, batch_index,
                          scan.batches, next_offset, scan.bytes_consumed, scan.has_partial_batch,

@@ -8,8 +8,8 @@ end to end (``record_columns_scan``):
    is sequential by nature).
 3. numpy decodes every other field of every record at once (``varint_arrays``), checks that each
    record's fields end exactly where its length says, and drops rows outside the offset range.
-4. Keys and values are gathered by Arrow (``record_arrow.take_pairs``). Headers go the same
-   way, one header slot at a time.
+4. Keys and values are gathered into exactly sized buffers (``record_arrow.gather``). Headers
+   are gathered by Arrow (``record_arrow.take_pairs``), one header slot at a time.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from kafka_ds.protocol.primitives import read_varint
 from kafka_ds.protocol.record_arrow import (
     HEADER_STRUCT_TYPE,
     HEADERS_TYPE,
+    gather,
     take_pairs,
     with_validity,
 )
@@ -205,9 +206,8 @@ def decode_rows(area: Buffer, sections: list[Section],
         _check(fits, starts, "record", "fields overrun the record length", where)
 
     buffer = pa.py_buffer(area)
-    keys, values = take_pairs(buffer, key_start, key_end, value_start, value_end)
-    keys = with_validity(keys, key_length >= 0)
-    values = with_validity(values, value_length >= 0)
+    keys = with_validity(gather(data, buffer, key_start, key_end), key_length >= 0)
+    values = with_validity(gather(data, buffer, value_start, value_end), value_length >= 0)
 
     log_append = batch_meta[:, 3][meta_rows] != 0
     timestamps = batch_meta[:, 1][meta_rows] + timestamp_delta
