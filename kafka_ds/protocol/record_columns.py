@@ -180,7 +180,7 @@ def finish_columns(scanned: ScannedBuffer) -> RecordColumns:
             scan.area, scan.sections, scan.meta, options.start_offset, options.end_offset,
             options.include_headers, where)
     finally:
-        # Every column is a copy (``gather``, Arrow ``take``, numpy arithmetic): the area may be reused.
+        # Every column is a copy (``gather``, ``take``, numpy arithmetic): the area may be reused.
         scanned.area.release()
     return RecordColumns(offsets, timestamps, types, keys, values, headers, batch_index,
                          scan.batches, next_offset, scan.bytes_consumed, scan.has_partial_batch,
