@@ -106,7 +106,7 @@ def _guessed_starts(area: Buffer, sections: list[Section], where: str) -> Int64A
     A producer's batches are mostly alike: same record count, same byte length, and then
     nearly always the same record sizes (fixed-size values; offset and timestamp deltas that
     grow alike in each batch). The guess is only a guess: the caller checks every record's
-    length against the next start and walks record by record when one disagrees.
+    length against the next start and walks a section record by record when one disagrees.
     """
     layouts: dict[tuple[int, int], Int64Array] = {}
     parts: list[Int64Array] = []
@@ -127,31 +127,50 @@ def _guessed_starts(area: Buffer, sections: list[Section], where: str) -> Int64A
 
 def _record_bounds(data: npt.NDArray[np.uint8], area: Buffer, sections: list[Section],
                    where: str) -> tuple[Int64Array, Int64Array, Int64Array]:
-    """Every record's start, body start (after the length) and end, cross-checked."""
+    """Every record's start, body start (after the length) and end, cross-checked.
+
+    Each record must end where the next one starts, the last of a section where the section
+    ends. As every walk begins each section at its start, that proves every start, whichever
+    walk found it. Guessed sections that fail it are walked record by record; should anything
+    still fail, the whole buffer is walked again (fast, then exact) to name the fault.
+    """
     stops = np.array([section[1] for section in sections], dtype=np.int64)
-    last_rows = np.cumsum([section[2] for section in sections]) - 1
-    for attempt in ("guess", "fast", "exact"):
-        if attempt == "guess":
-            starts = _guessed_starts(area, sections, where)
-        else:
-            starts = _record_starts(area, sections, where, exact=attempt == "exact")
-        try:
-            lengths, body = decode_varints(data, starts, 5, f"record length{where}")
-        except DecodeError:
-            if attempt == "guess":  # a guessed start inside a record can read anything
-                continue
-            raise
-        record_end = body + lengths
-        # Each record must end where the next one starts, the last where its section ends.
-        # With the first start of every section at the section's start (all three walks
-        # begin there), this proves every start, whichever walk found it.
-        expected = np.empty_like(starts)
-        expected[:-1] = starts[1:]
-        expected[last_rows] = stops
-        if (record_end == expected).all() and (lengths >= 0).all():
+    counts = np.array([section[2] for section in sections], dtype=np.int64)
+    last_rows = np.cumsum(counts) - 1
+    starts = _guessed_starts(area, sections, where)
+    try:
+        body, record_end, good = _check_lengths(data, starts, stops, last_rows, where)
+        if not good.all():  # walk the sections whose guessed layout was wrong
+            walked: list[int] = []
+            for index in np.unique(np.searchsorted(last_rows, np.flatnonzero(~good))).tolist():
+                walked.clear()
+                _section_starts(area, sections[index], where, False, walked)
+                first = int(last_rows[index] - counts[index] + 1)
+                starts[first:first + len(walked)] = walked
+            body, record_end, good = _check_lengths(data, starts, stops, last_rows, where)
+        if good.all():
             return starts, body, record_end
-    _check(record_end == expected, starts, "record length", "inconsistent record lengths", where)
+    except DecodeError:  # a guessed start inside a record can read anything
+        pass
+    for exact in (False, True):
+        starts = _record_starts(area, sections, where, exact)
+        body, record_end, good = _check_lengths(data, starts, stops, last_rows, where)
+        if good.all():
+            return starts, body, record_end
+    _check(good, starts, "record length", "inconsistent record lengths", where)
     raise AssertionError("unreachable: the exact walk validates every length")
+
+
+def _check_lengths(data: npt.NDArray[np.uint8], starts: Int64Array, stops: Int64Array,
+                   last_rows: Int64Array,
+                   where: str) -> tuple[Int64Array, Int64Array, BoolArray]:
+    """Body starts, record ends, and which records end where the next one starts."""
+    lengths, body = decode_varints(data, starts, 5, f"record length{where}")
+    record_end = body + lengths
+    expected = np.empty_like(starts)
+    expected[:-1] = starts[1:]
+    expected[last_rows] = stops
+    return body, record_end, (record_end == expected) & (lengths >= 0)
 
 
 # --- steps 3 and 4: fields, keys, values, headers ------------------------------------------
