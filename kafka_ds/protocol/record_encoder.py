@@ -140,9 +140,11 @@ def _encode_vectorized(key_array: pa.Array, value_array: pa.Array, timestamp_del
                        ) -> tuple[memoryview, Int64Array]:
     """The numpy/Arrow encoder: the section, and each record's encoded bytes."""
     rows = len(value_array)
+    header_parts = _header_parts(headers, rows)
+    if header_parts is None and key_array.null_count == rows and not value_array.null_count:
+        return _encode_values_only(value_array, timestamp_deltas, offset_deltas)
     key_lengths = binary_lengths(key_array)
     value_lengths = binary_lengths(value_array)
-    header_parts = _header_parts(headers, rows)
 
     # One row per record: the varints that surround the key and value, in wire order.
     # Column 0 (the record length) is filled in once the others' sizes are known; column 1 is
@@ -193,6 +195,104 @@ def _encode_vectorized(key_array: pa.Array, value_array: pa.Array, timestamp_del
     if data is None:
         raise EncodeError(f"records section of {total} bytes cannot be encoded in one batch")
     return memoryview(data)[:total], record_bytes
+
+
+def _encode_values_only(value_array: pa.Array, timestamp_deltas: Int64Array,
+                        offset_deltas: Int64Array) -> tuple[memoryview, Int64Array]:
+    """The common case of a sink: every key null, no headers, no null value.
+
+    A record is then ``prefix_i value_i 0x00`` (the headers count), and the count of record
+    ``i`` can open record ``i + 1``'s prefix instead. So the small pieces are one varint matrix
+    whose row ``i`` is ``[previous headers count, length, attributes, timestampDelta,
+    offsetDelta, keyLength -1, valueLength]`` (no count before the first record; a last row
+    holding only the final count), and the section is those pieces and the values joined
+    pairwise: two arrays instead of five, and no null handling. Fixed-width values (every value
+    the same length) skip the join: the section is then, run by run of equal prefix sizes, a
+    (records, record bytes) matrix filled by three strided copies.
+    """
+    rows = len(value_array)
+    value_lengths = binary_lengths(value_array)
+    fields = np.zeros((rows + 1, 7), dtype=np.int64)
+    fields[:rows, 3] = timestamp_deltas
+    fields[:rows, 4] = offset_deltas
+    fields[:rows, 5] = -1
+    fields[:rows, 6] = value_lengths
+    sizes = np.zeros((rows + 1, 7), dtype=np.int64)
+    sizes[1:, 0] = 1  # the previous record's headers count, 0
+    sizes[:rows, 2] = 1  # attributes, 0
+    sizes[:rows, 3:] = varint_sizes(fields[:rows, 3:])
+    body_bytes = sizes[:rows, 2:].sum(axis=1) + value_lengths + 1  # + the headers count
+    fields[:rows, 1] = body_bytes
+    sizes[:rows, 1] = varint_sizes(body_bytes)
+    record_bytes = body_bytes + sizes[:rows, 1]
+    total = int(record_bytes.sum())
+    if total > _MAX_SECTION_BYTES:
+        raise EncodeError(f"records section of {total} bytes cannot be encoded in one batch")
+    small_data, _ = ragged_bytes(fields, sizes)
+    piece_bytes = sizes.sum(axis=1)
+    width = int(value_lengths[0])
+    if (value_lengths == width).all():
+        section = _fixed_width_section(small_data, piece_bytes, value_array, width, total)
+        if section is not None:
+            return section, record_bytes
+    values = _with_empty_last(value_array)
+    joined = pc.binary_join_element_wise(_binary_array(small_data, piece_bytes), values, b"")
+    data = joined.buffers()[2]
+    if data is None:
+        raise EncodeError(f"records section of {total} bytes cannot be encoded in one batch")
+    return memoryview(data)[:total], record_bytes
+
+
+# Fixed-width values are copied run by run of records whose prefixes have one size (offset
+# deltas under 64 take one byte, then two...): past this many runs per record the join is
+# cheaper than a Python loop over runs (timestamps of widely different sizes).
+_MAX_RUNS_PER_RECORD = 1 / 32
+
+
+def _fixed_width_section(small_data: npt.NDArray[np.uint8], piece_bytes: Int64Array,
+                         value_array: pa.Array, width: int, total: int) -> memoryview | None:
+    """The section of fixed-width values as strided copies, or None (too many runs)."""
+    rows = len(value_array)
+    # Row i's record without its leading count: prefix_i (its small piece less that byte),
+    # the value, then the count, which piece i + 1 starts with.
+    prefixes = piece_bytes[:rows].copy()
+    prefixes[1:] -= 1
+    edges = np.flatnonzero(np.diff(prefixes)) + 1
+    if len(edges) > max(1, rows * _MAX_RUNS_PER_RECORD):
+        return None
+    data = value_array.buffers()[2]
+    start = int(np.frombuffer(value_array.buffers()[1], dtype=np.int32)[value_array.offset])
+    values = (np.frombuffer(data, dtype=np.uint8)[start:start + rows * width].reshape(rows, width)
+              if width else np.zeros((rows, 0), dtype=np.uint8))
+    out = np.empty(total, dtype=np.uint8)
+    small_at = 0  # in small_data, at the start of this run's prefixes (after a count byte)
+    out_at = 0
+    for first, stop in zip([0, *edges.tolist()], [*edges.tolist(), rows], strict=True):
+        count = stop - first
+        prefix = int(prefixes[first])
+        skip = 1 if first else 0  # the count byte before every prefix but the first record's
+        # Pieces of this run back to back: [count?] prefix, so one matrix of (count, prefix
+        # + 1) bytes from the first record's prefix on, whose last column is the next count.
+        block = out[out_at:out_at + count * (prefix + width + 1)].reshape(count, -1)
+        small = small_data[small_at + skip:small_at + skip + count * (prefix + 1)]
+        small = small.reshape(count, prefix + 1)
+        block[:, :prefix] = small[:, :prefix]
+        block[:, prefix:prefix + width] = values[first:stop]
+        block[:, -1] = 0
+        small_at += skip + count * (prefix + 1) - 1
+        out_at += count * (prefix + width + 1)
+    return memoryview(out)
+
+
+def _with_empty_last(values: pa.Array) -> pa.Array:
+    """``values`` and one more, empty, element: zero-copy but for the offsets."""
+    rows = len(values)
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)
+    extended = np.empty(rows + 2, dtype=np.int32)
+    extended[:rows + 1] = offsets[values.offset:values.offset + rows + 1]
+    extended[rows + 1] = extended[rows]
+    return pa.Array.from_buffers(pa.binary(), rows + 1,
+                                 [None, pa.py_buffer(extended), values.buffers()[2]])
 
 
 def encode_batch_columns(
