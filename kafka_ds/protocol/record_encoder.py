@@ -206,9 +206,9 @@ def _encode_values_only(value_array: pa.Array, timestamp_deltas: Int64Array,
     whose row ``i`` is ``[previous headers count, length, attributes, timestampDelta,
     offsetDelta, keyLength -1, valueLength]`` (no count before the first record; a last row
     holding only the final count), and the section is those pieces and the values joined
-    pairwise: two arrays instead of five, and no null handling. Fixed-width values (every value
-    the same length) skip the join: the section is then, run by run of equal prefix sizes, a
-    (records, record bytes) matrix filled by three strided copies.
+    pairwise: two arrays instead of five, and no null handling. (Fixed-width values copied as
+    a strided (records, record bytes) matrix instead were measured slower: numpy copies a
+    strided row of 100 bytes byte by byte, where Arrow's join copies whole values.)
     """
     rows = len(value_array)
     value_lengths = binary_lengths(value_array)
@@ -229,59 +229,12 @@ def _encode_values_only(value_array: pa.Array, timestamp_deltas: Int64Array,
     if total > _MAX_SECTION_BYTES:
         raise EncodeError(f"records section of {total} bytes cannot be encoded in one batch")
     small_data, _ = ragged_bytes(fields, sizes)
-    piece_bytes = sizes.sum(axis=1)
-    width = int(value_lengths[0])
-    if (value_lengths == width).all():
-        section = _fixed_width_section(small_data, piece_bytes, value_array, width, total)
-        if section is not None:
-            return section, record_bytes
-    values = _with_empty_last(value_array)
-    joined = pc.binary_join_element_wise(_binary_array(small_data, piece_bytes), values, b"")
+    joined = pc.binary_join_element_wise(_binary_array(small_data, sizes.sum(axis=1)),
+                                         _with_empty_last(value_array), b"")
     data = joined.buffers()[2]
     if data is None:
         raise EncodeError(f"records section of {total} bytes cannot be encoded in one batch")
     return memoryview(data)[:total], record_bytes
-
-
-# Fixed-width values are copied run by run of records whose prefixes have one size (offset
-# deltas under 64 take one byte, then two...): past this many runs per record the join is
-# cheaper than a Python loop over runs (timestamps of widely different sizes).
-_MAX_RUNS_PER_RECORD = 1 / 32
-
-
-def _fixed_width_section(small_data: npt.NDArray[np.uint8], piece_bytes: Int64Array,
-                         value_array: pa.Array, width: int, total: int) -> memoryview | None:
-    """The section of fixed-width values as strided copies, or None (too many runs)."""
-    rows = len(value_array)
-    # Row i's record without its leading count: prefix_i (its small piece less that byte),
-    # the value, then the count, which piece i + 1 starts with.
-    prefixes = piece_bytes[:rows].copy()
-    prefixes[1:] -= 1
-    edges = np.flatnonzero(np.diff(prefixes)) + 1
-    if len(edges) > max(1, rows * _MAX_RUNS_PER_RECORD):
-        return None
-    data = value_array.buffers()[2]
-    start = int(np.frombuffer(value_array.buffers()[1], dtype=np.int32)[value_array.offset])
-    values = (np.frombuffer(data, dtype=np.uint8)[start:start + rows * width].reshape(rows, width)
-              if width else np.zeros((rows, 0), dtype=np.uint8))
-    out = np.empty(total, dtype=np.uint8)
-    small_at = 0  # in small_data, at the start of this run's prefixes (after a count byte)
-    out_at = 0
-    for first, stop in zip([0, *edges.tolist()], [*edges.tolist(), rows], strict=True):
-        count = stop - first
-        prefix = int(prefixes[first])
-        skip = 1 if first else 0  # the count byte before every prefix but the first record's
-        # Pieces of this run back to back: [count?] prefix, so one matrix of (count, prefix
-        # + 1) bytes from the first record's prefix on, whose last column is the next count.
-        block = out[out_at:out_at + count * (prefix + width + 1)].reshape(count, -1)
-        small = small_data[small_at + skip:small_at + skip + count * (prefix + 1)]
-        small = small.reshape(count, prefix + 1)
-        block[:, :prefix] = small[:, :prefix]
-        block[:, prefix:prefix + width] = values[first:stop]
-        block[:, -1] = 0
-        small_at += skip + count * (prefix + 1) - 1
-        out_at += count * (prefix + width + 1)
-    return memoryview(out)
 
 
 def _with_empty_last(values: pa.Array) -> pa.Array:

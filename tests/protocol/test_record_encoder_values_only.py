@@ -61,7 +61,7 @@ def test_fixed_width_values_match_kafka_python(monkeypatch: pytest.MonkeyPatch, 
                                                padded: bool) -> None:
     # Batches of 1 to 300 records: offset deltas cross 63 (their varint grows to 2 bytes);
     # timestamps step within one varint size and across several.
-    fixed = spied(monkeypatch, "_fixed_width_section")
+    only = spied(monkeypatch, "_encode_values_only")
     rnd = random.Random(width)
     batches = []
     for count in (300, 1, 64, 65, 130):
@@ -70,7 +70,7 @@ def test_fixed_width_values_match_kafka_python(monkeypatch: pytest.MonkeyPatch, 
         batches.append(([rnd.randbytes(width) for _ in range(count)], stamps))
     got = encode_batches(batches, padded)
     assert got == [kafka_python_section(values, stamps) for values, stamps in batches]
-    assert fixed  # the strided-copy path wrote them
+    assert only
 
 
 def test_values_of_any_width_match_kafka_python(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,17 +85,6 @@ def test_values_of_any_width_match_kafka_python(monkeypatch: pytest.MonkeyPatch)
         got = encode_batches(batches, padded)
         assert got == [kafka_python_section(values, stamps) for values, stamps in batches]
     assert len(only) == 2
-
-
-def test_fixed_width_values_with_scattered_timestamps_match_kafka_python(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # Timestamp deltas of alternating varint sizes: too many runs for strided copies, so the
-    # fixed-width values go through the join.
-    joined = spied(monkeypatch, "_with_empty_last")
-    stamps = [1_700_000_000_000 + (0 if index % 2 else 10**6) for index in range(500)]
-    batches = [([bytes([index % 256]) * 40 for index in range(500)], stamps)]
-    assert encode_batches(batches, False) == [kafka_python_section(*batches[0])]
-    assert joined
 
 
 def test_a_null_value_or_a_key_leaves_the_values_only_path(
