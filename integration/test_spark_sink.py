@@ -103,6 +103,30 @@ def test_batch_write_every_codec(session: Any, kafka: KafkaCluster,
            _expected(kafka, topic_factory, 3000, 3))
 
 
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_value_only_rows_of_fixed_and_varying_width(session: Any, kafka: KafkaCluster,
+                                                    topic_factory: Callable[..., str],
+                                                    codec: str) -> None:
+    # No key, no headers: the encoder's values-only path, with strided copies when every
+    # value has one width (here per Spark partition) and a join otherwise. Batches of 64 kB
+    # make offset deltas cross the 1-byte varint bound in every batch.
+    fixed, varying = topic_factory(partitions=3), topic_factory(partitions=3)
+    df = session.range(0, 6000, 1, 2)
+    started_ms = int(time.time() * 1000)
+    _write(df.selectExpr("lpad(CAST(id AS STRING), 300, 'x') AS value"), kafka.bootstrap(),
+           topic=fixed, **{"kafka.compression.type": codec, "kafka.batch.size": "65536"})
+    _write(df.selectExpr("repeat(CAST(id AS STRING), CAST(id % 50 AS INT)) AS value"),
+           kafka.bootstrap(), topic=varying,
+           **{"kafka.compression.type": codec, "kafka.batch.size": "65536"})
+    for topic, value_of in ((fixed, lambda i: str(i).rjust(300, "x")),
+                            (varying, lambda i: str(i) * (i % 50))):
+        read = read_committed(kafka.bootstrap(), topic, 6000)
+        assert sorted(r.value for r in read) == sorted(value_of(i).encode()
+                                                       for i in range(6000))
+        assert {(r.key, tuple(r.headers)) for r in read} == {(None, ())}
+        assert min(r.timestamp_ms for r in read) >= started_ms
+
+
 def test_batch_write_with_a_topic_column_and_at_least_once(
         session: Any, kafka: KafkaCluster, topic_factory: Callable[..., str]) -> None:
     first, second = topic_factory(partitions=2), topic_factory(partitions=1)

@@ -123,6 +123,9 @@ class NetworkClient:
         self._wakeup_read.setblocking(False)
         self._wakeup_write.setblocking(False)
         self._selector.register(self._wakeup_read, selectors.EVENT_READ, None)
+        # True from a wakeup's write until the poll that reads it: later wakeups meanwhile
+        # need no write (a bulk send wakes the sender once per batch it queues).
+        self._wakeup_pending = False
         self.closed = False
 
     # --- nodes and connections ------------------------------------------------------------
@@ -395,6 +398,9 @@ class NetworkClient:
 
     def wakeup(self) -> None:
         """Interrupt a ``poll`` blocked in another thread. Thread-safe."""
+        if self._wakeup_pending:  # its byte is unread: the poll it wakes has yet to return
+            return
+        self._wakeup_pending = True
         # A full pipe means a wakeup is already pending; an error, that we are closed.
         with contextlib.suppress(BlockingIOError, OSError):
             self._wakeup_write.send(b"\0")
@@ -405,6 +411,11 @@ class NetworkClient:
                 pass
         except (BlockingIOError, OSError):
             pass
+        # Cleared after the reads, not before: a wakeup that finds the flag still set here is
+        # one this poll returns after anyway. Cleared before, a wakeup could write between
+        # the clear and the reads, have its byte read here and leave the flag set with the
+        # pipe empty, and every later wakeup would be skipped.
+        self._wakeup_pending = False
 
     def close(self) -> None:
         if self.closed:

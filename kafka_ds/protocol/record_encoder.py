@@ -140,9 +140,11 @@ def _encode_vectorized(key_array: pa.Array, value_array: pa.Array, timestamp_del
                        ) -> tuple[memoryview, Int64Array]:
     """The numpy/Arrow encoder: the section, and each record's encoded bytes."""
     rows = len(value_array)
+    header_parts = _header_parts(headers, rows)
+    if header_parts is None and key_array.null_count == rows and not value_array.null_count:
+        return _encode_values_only(value_array, timestamp_deltas, offset_deltas)
     key_lengths = binary_lengths(key_array)
     value_lengths = binary_lengths(value_array)
-    header_parts = _header_parts(headers, rows)
 
     # One row per record: the varints that surround the key and value, in wire order.
     # Column 0 (the record length) is filled in once the others' sizes are known; column 1 is
@@ -193,6 +195,57 @@ def _encode_vectorized(key_array: pa.Array, value_array: pa.Array, timestamp_del
     if data is None:
         raise EncodeError(f"records section of {total} bytes cannot be encoded in one batch")
     return memoryview(data)[:total], record_bytes
+
+
+def _encode_values_only(value_array: pa.Array, timestamp_deltas: Int64Array,
+                        offset_deltas: Int64Array) -> tuple[memoryview, Int64Array]:
+    """The common case of a sink: every key null, no headers, no null value.
+
+    A record is then ``prefix_i value_i 0x00`` (the headers count), and the count of record
+    ``i`` can open record ``i + 1``'s prefix instead. So the small pieces are one varint matrix
+    whose row ``i`` is ``[previous headers count, length, attributes, timestampDelta,
+    offsetDelta, keyLength -1, valueLength]`` (no count before the first record; a last row
+    holding only the final count), and the section is those pieces and the values joined
+    pairwise: two arrays instead of five, and no null handling. (Fixed-width values copied as
+    a strided (records, record bytes) matrix instead were measured slower: numpy copies a
+    strided row of 100 bytes byte by byte, where Arrow's join copies whole values.)
+    """
+    rows = len(value_array)
+    value_lengths = binary_lengths(value_array)
+    fields = np.zeros((rows + 1, 7), dtype=np.int64)
+    fields[:rows, 3] = timestamp_deltas
+    fields[:rows, 4] = offset_deltas
+    fields[:rows, 5] = -1
+    fields[:rows, 6] = value_lengths
+    sizes = np.zeros((rows + 1, 7), dtype=np.int64)
+    sizes[1:, 0] = 1  # the previous record's headers count, 0
+    sizes[:rows, 2] = 1  # attributes, 0
+    sizes[:rows, 3:] = varint_sizes(fields[:rows, 3:])
+    body_bytes = sizes[:rows, 2:].sum(axis=1) + value_lengths + 1  # + the headers count
+    fields[:rows, 1] = body_bytes
+    sizes[:rows, 1] = varint_sizes(body_bytes)
+    record_bytes = body_bytes + sizes[:rows, 1]
+    total = int(record_bytes.sum())
+    if total > _MAX_SECTION_BYTES:
+        raise EncodeError(f"records section of {total} bytes cannot be encoded in one batch")
+    small_data, _ = ragged_bytes(fields, sizes)
+    joined = pc.binary_join_element_wise(_binary_array(small_data, sizes.sum(axis=1)),
+                                         _with_empty_last(value_array), b"")
+    data = joined.buffers()[2]
+    if data is None:
+        raise EncodeError(f"records section of {total} bytes cannot be encoded in one batch")
+    return memoryview(data)[:total], record_bytes
+
+
+def _with_empty_last(values: pa.Array) -> pa.Array:
+    """``values`` and one more, empty, element: zero-copy but for the offsets."""
+    rows = len(values)
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)
+    extended = np.empty(rows + 2, dtype=np.int32)
+    extended[:rows + 1] = offsets[values.offset:values.offset + rows + 1]
+    extended[rows + 1] = extended[rows]
+    return pa.Array.from_buffers(pa.binary(), rows + 1,
+                                 [None, pa.py_buffer(extended), values.buffers()[2]])
 
 
 def encode_batch_columns(

@@ -3,6 +3,9 @@ reconnect backoff that keeps a dead broker from being hammered."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from kafka_ds.net.pool import NetworkClient, _Backoff, parse_bootstrap
@@ -50,5 +53,36 @@ def test_an_unknown_node_asks_for_a_metadata_refresh() -> None:
     try:
         with pytest.raises(NetworkError, match="refresh metadata"):
             client.connection(42)
+    finally:
+        client.close()
+
+
+def test_wakeups_while_one_is_pending_write_one_byte() -> None:
+    # A bulk send wakes the sender once per batch it queues; until a poll reads the first
+    # wakeup, the others have nothing to add.
+    client = NetworkClient("a:1", ConnectionConfig())
+    try:
+        for _ in range(50):
+            client.wakeup()
+        assert client._wakeup_read.recv(1024) == b"\0"
+    finally:
+        client.close()
+
+
+def test_a_wakeup_after_a_poll_read_the_last_one_interrupts_the_next_poll() -> None:
+    client = NetworkClient("a:1", ConnectionConfig())
+    try:
+        for _ in range(3):
+            client.wakeup()
+            client.wakeup()
+            started = time.monotonic()
+            client.poll(60_000)  # returns at once: the wakeup is pending
+            assert time.monotonic() - started < 30
+        waker = threading.Timer(0.2, client.wakeup)
+        waker.start()
+        started = time.monotonic()
+        client.poll(60_000)  # blocked until the timer's wakeup, a poll after the last read
+        assert time.monotonic() - started < 30
+        waker.join()
     finally:
         client.close()
