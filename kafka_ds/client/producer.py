@@ -123,6 +123,7 @@ class Producer:
         # partition (see producer_lanes).
         self._partition_lanes: dict[str, PartitionLanes] = {}
         self._key_hashes = KeyHashes(KEY_HASHES_CAPACITY)
+        self._key_hash = self._key_hashes.get  # one attribute load in send(), not two
         self._batch_size_bytes = max(cfg.batch_size_bytes, 1)
         # Records above this cannot be sent at all: refused in send(), as Java does.
         self._size_limit = min(cfg.max_request_size_bytes, cfg.buffer_memory_bytes)
@@ -159,7 +160,7 @@ class Producer:
                 size = RECORD_OVERHEAD_BOUND + len(value)
             else:
                 lanes = self._partition_lanes.get(topic)
-                if lanes is None or lanes.meta is not self._sender.topic_meta.get(topic) or (
+                if lanes is None or lanes.topic_meta is not self._sender.topic_meta or (
                         key is not None and type(key) is not bytes):
                     return self._send(topic, value, key, headers, partition, timestamp_ms,
                                       callback)
@@ -167,7 +168,7 @@ class Producer:
                     if self._ignore_keys:
                         return self._send(topic, value, key, headers, partition, timestamp_ms,
                                           callback)
-                    hashed = self._key_hashes.get(key)  # type: ignore[arg-type]
+                    hashed = self._key_hash(key)  # type: ignore[arg-type]
                     if hashed is None:
                         hashed = self._key_hashes.positive_hash(key)  # type: ignore[arg-type]
                     batch = lanes.batches[hashed % lanes.partition_count]
@@ -280,10 +281,14 @@ class Producer:
                     sticky.open_lane(batch, self._batch_size_bytes, self._size_limit)
                 else:
                     assert meta is not None
-                    lanes = self._partition_lanes.get(topic)
-                    if lanes is None or lanes.meta is not meta:
-                        lanes = self._partition_lanes[topic] = PartitionLanes(meta)
-                    lanes.batches[partition] = batch
+                    # Lanes only for the metadata this record was partitioned with.
+                    topic_meta = self._sender.topic_meta
+                    if topic_meta.get(topic) is meta:
+                        lanes = self._partition_lanes.get(topic)
+                        if lanes is None or lanes.topic_meta is not topic_meta:
+                            lanes = self._partition_lanes[topic] = PartitionLanes(
+                                topic_meta, meta.partition_count)
+                        lanes.batches[partition] = batch
         finally:
             lock.release()
         if is_new:

@@ -5,8 +5,9 @@ Java's default partitioner picks it) or one sent with an explicit partition goes
 tail batch of that partition. ``Producer._send`` appends the first record of each batch in
 full and records the batch here; later records of the partition join it through the lane in
 ``Producer.send`` while it stays open (not full, not drained). The lanes of a topic hold the
-``TopicMeta`` they were built from: once the sender publishes new metadata (a partition was
-added), they no longer match and the next record takes the full path, which builds new ones.
+sender's metadata map they were built from (``Sender.topic_meta``, replaced whole on every
+refresh): once the sender publishes new metadata (a partition may have been added), they no
+longer match and the next record takes the full path, which builds new ones.
 
 ``KeyHashes`` caches the positive murmur2 of recently seen keys: in pure Python the hash costs
 more than the rest of send() for a short key, and keys (user ids, device ids) repeat.
@@ -14,6 +15,7 @@ more than the rest of send() for a short key, and keys (user ids, device ids) re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kafka_ds.protocol.accumulator import ProducerBatch
@@ -24,11 +26,13 @@ class PartitionLanes:
     """The open batch of each partition of one topic (None: no lane), and the metadata it
     was built from. Read by send() without the lock; written under it."""
 
-    __slots__ = ("batches", "meta", "partition_count")
+    __slots__ = ("batches", "partition_count", "topic_meta")
 
-    def __init__(self, meta: Any) -> None:
-        self.meta = meta  # the sender's TopicMeta: send() checks it is still the current one
-        self.partition_count: int = meta.partition_count
+    def __init__(self, topic_meta: Mapping[str, Any], partition_count: int) -> None:
+        # The sender's map of every topic's TopicMeta: send() checks it is still the current
+        # one (an identity test, cheaper than looking the topic up).
+        self.topic_meta = topic_meta
+        self.partition_count = partition_count
         self.batches: list[ProducerBatch | None] = [None] * self.partition_count
 
     def close(self) -> None:

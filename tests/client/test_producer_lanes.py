@@ -106,7 +106,7 @@ def test_new_partition_count_changes_the_keyed_partition(
 def test_explicit_partition_out_of_range_is_refused_on_the_lane(producer: Producer) -> None:
     producer.send("t", b"v", partition=6)
     producer.send("t", b"v", key=b"k", partition=6)
-    with pytest.raises(ValueError, match="partition 7 does not exist.*has 7 partitions"):
+    with pytest.raises(ValueError, match=r"partition 7 does not exist.*has 7 partitions"):
         producer.send("t", b"v", key=b"k", partition=7)
     with pytest.raises(ValueError, match="partition -1 does not exist"):
         producer.send("t", b"v", partition=-1)
@@ -117,7 +117,7 @@ def test_keyed_lane_respects_buffer_memory() -> None:
     waits in the full path, and with no broker to free memory times out after max.block.ms."""
     producer = _producer(**{"buffer.memory": "20000", "max.block.ms": "200"})
     try:
-        with pytest.raises(KafkaTimeoutError, match="buffer.memory"):
+        with pytest.raises(KafkaTimeoutError, match=r"buffer\.memory"):
             for _ in range(1_000):
                 producer.send("t", b"x" * 100, key=b"same-key")
         assert producer._accumulator.used_bytes <= 20_000
