@@ -12,10 +12,12 @@ with Python names.
         print(future.result())  # RecordMetadata(topic, partition, offset, timestamp_ms)
 
 ``send()`` only appends to the accumulator; the sender thread (``sender.py``) encodes,
-compresses, sends and retries. The common record (``bytes`` value, no key, headers,
-partition or timestamp) takes a lane: it joins its topic's open sticky batch with one lock,
-a clock read and two list appends, and its future is a small tuple (at 100 bytes per record,
-Python's cost per call is what limits ``send()``). Transactions::
+compresses, sends and retries. A record with a ``bytes`` value and no headers or timestamp
+takes a lane: unkeyed, it joins its topic's open sticky batch; keyed (``bytes`` key) or given a
+partition, the open batch of that partition (``producer_lanes``; keys hashed with Java's
+murmur2, recent keys' hashes cached). One lock, a clock read and a few list appends, and its
+future is a small tuple (at 100 bytes per record, Python's cost per call is what limits
+``send()``). Transactions::
 
     producer = Producer({..., "transactional.id": "sink-7"})
     producer.init_transactions()
