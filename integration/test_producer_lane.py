@@ -1,12 +1,14 @@
 """send()'s lane (the common record appended straight to the open batch) against a real broker.
 
-The lane takes unkeyed ``bytes`` values without headers, partition or timestamp; every other
-record, and the first of each batch, takes the full path. These tests mix both on the same
-partitions and read everything back with confluent-kafka (librdkafka): every record once, in
-send order per partition, with its key, headers, timestamp and the offset its future and its
-callback reported; keyed records where Java's murmur2 puts them (librdkafka's
-``murmur2_random``); and the refusals the full path makes (closed producer, record larger than
-max.request.size, spoilt transaction) made by the lane too.
+The sticky lane takes unkeyed ``bytes`` values without headers, partition or timestamp; keyed
+records and records given a partition take the partition lane (test_producer_keyed_lane.py);
+records with headers or a timestamp, and the first of each batch, take the full path. These
+tests mix them on the same partitions and read everything back with confluent-kafka
+(librdkafka): every record once, in send order per partition, with its key, headers,
+timestamp and the offset its future and its callback reported; keyed records where Java's
+murmur2 puts them (librdkafka's ``murmur2_random``); and the refusals the full path makes
+(closed producer, record larger than max.request.size, spoilt transaction) made by the lane
+too.
 """
 
 from __future__ import annotations

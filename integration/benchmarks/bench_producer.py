@@ -4,6 +4,7 @@ A script, not a test::
 
     python -m integration.benchmarks.bench_producer [--bootstrap HOST:PORT] [--runs 3]
         [--records 200000] [--sizes 100 1024] [--codecs none lz4 zstd] [--only ours,confluent]
+        [--keyed 10000] [--partitions 6]
 
 Without ``--bootstrap`` it starts a one-node harness broker. Each scenario (value size x codec
 x mode) runs every client ``--runs`` times, alternating clients, and reports the median
@@ -12,7 +13,10 @@ records/s from the first ``send`` to the end of ``flush`` (transactional: to the
 compression ratio and the Produce requests per second (librdkafka's statistics callback,
 our sender's counters). Modes: ``idempotent`` (acks=all, idempotence on) and ``transactional`` (one
 transaction per 50,000 records). Every client gets linger.ms=5 and batch.size=256 KiB, one
-partition, unkeyed 100-byte or 1 KiB values. ``ours-bulk`` is ``Producer.send_many`` (one
+partition, unkeyed 100-byte or 1 KiB values. ``--keyed N`` gives the records keys
+(``user-<i % N>``: N distinct keys, each client partitions them with Java's murmur2, librdkafka
+as ``partitioner=murmur2_random``), ``--partitions`` spreads them over more partitions.
+``ours-bulk`` is ``Producer.send_many`` (one
 call per 10,000 records, the path the Spark sink uses); ``ours`` is plain per-record
 ``send()``. Next to the rates it prints the CPU time of the benchmark process per record
 (``time.process_time``, every thread: ours includes its sender thread, confluent-kafka its
@@ -23,6 +27,7 @@ each run the topic's end offset is checked: every record (and each commit marker
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -41,7 +46,10 @@ last_stats: dict[str, float] = {}
 STATS = False  # --stats: librdkafka's statistics callback costs it a little CPU
 
 
-def _timed(values: list[bytes], txn: bool, send_chunk: Callable[[list[bytes]], None],
+SendChunk = Callable[[list[bytes], list[bytes] | None], None]
+
+
+def _timed(values: list[bytes], keys: list[bytes] | None, txn: bool, send_chunk: SendChunk,
            begin: Callable[[], None], commit: Callable[[], None],
            flush: Callable[[], None]) -> float:
     """records/s from the first send to the end of flush (of commit, when transactional)."""
@@ -52,7 +60,8 @@ def _timed(values: list[bytes], txn: bool, send_chunk: Callable[[list[bytes]], N
     for chunk_start in range(0, len(values), chunk_size):
         if txn:
             begin()
-        send_chunk(values[chunk_start:chunk_start + chunk_size])
+        send_chunk(values[chunk_start:chunk_start + chunk_size],
+                   None if keys is None else keys[chunk_start:chunk_start + chunk_size])
         if txn:
             commit()
     flush()
@@ -60,18 +69,28 @@ def _timed(values: list[bytes], txn: bool, send_chunk: Callable[[list[bytes]], N
     return len(values) / (time.perf_counter() - start)
 
 
-def _verify(bootstrap: str, topic: str, records: int, txn: bool) -> None:
+def _verify(bootstrap: str, topic: str, keys: list[bytes] | None, records: int, txn: bool,
+            partitions: int) -> None:
     """The topic ends where it must: the warm-up, every record and (transactional) one commit
-    marker per transaction, the warm-up's included."""
+    marker per partition of each transaction, the warm-up's included."""
     from confluent_kafka import Consumer, TopicPartition
 
-    expected = 1 + records + ((-(-records // TXN_CHUNK) + 1) if txn else 0)
+    from kafka_ds.protocol.partitioner import partition_for_key
+
+    markers = 0
+    if txn:
+        markers = 1  # the warm-up's transaction
+        for start in range(0, records, TXN_CHUNK):
+            markers += 1 if keys is None else len(
+                {partition_for_key(key, partitions) for key in keys[start:start + TXN_CHUNK]})
+    expected = 1 + records + markers
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-verify",
                          "isolation.level": "read_uncommitted"})
     deadline = time.monotonic() + 30  # the coordinator writes commit markers after EndTxn
     try:
         while True:
-            _, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+            end = sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                      for p in range(partitions))
             if end >= expected or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
@@ -82,11 +101,15 @@ def _verify(bootstrap: str, topic: str, records: int, txn: bool) -> None:
                              "or written twice")
 
 
-def _each(send: Callable[[str, bytes], Any], topic: str) -> Callable[[list[bytes]], None]:
-    """A chunk sender calling ``send(topic, value)`` per record (the per-record API)."""
-    def send_chunk(chunk: list[bytes]) -> None:
-        for value in chunk:
-            send(topic, value)
+def _each(send: Callable[..., Any], topic: str) -> SendChunk:
+    """A chunk sender calling ``send(topic, value[, key])`` per record (the per-record API)."""
+    def send_chunk(chunk: list[bytes], keys: list[bytes] | None) -> None:
+        if keys is None:
+            for value in chunk:
+                send(topic, value)
+        else:
+            for value, key in zip(chunk, keys, strict=True):
+                send(topic, value, key)
 
     return send_chunk
 
@@ -123,28 +146,31 @@ def _our_counters(producer: Any) -> tuple[int, ...]:
             m.uncompressed_bytes, m.requests)
 
 
-def _ours(bootstrap: str, topic: str, values: list[bytes], codec: str, txn: bool) -> float:
+def _ours(bootstrap: str, topic: str, values: list[bytes], keys: list[bytes] | None, codec: str,
+          txn: bool) -> float:
     global last_stats
     producer = _our_producer(bootstrap, topic, codec, txn)
     before = _our_counters(producer)
-    rate = _timed(values, txn, _each(producer.send, topic), producer.begin_transaction,
+    rate = _timed(values, keys, txn, _each(producer.send, topic), producer.begin_transaction,
                   producer.commit_transaction, producer.flush)
     last_stats = _our_stats(producer, before, len(values) / rate)
     producer.close()
     return rate
 
 
-def _ours_bulk(bootstrap: str, topic: str, values: list[bytes], codec: str, txn: bool) -> float:
+def _ours_bulk(bootstrap: str, topic: str, values: list[bytes], keys: list[bytes] | None,
+               codec: str, txn: bool) -> float:
     global last_stats
     producer = _our_producer(bootstrap, topic, codec, txn)
     before = _our_counters(producer)
     step = 10_000  # one call per 10 k records, as the Spark sink hands over Arrow batches
 
-    def send_chunk(chunk: list[bytes]) -> None:
+    def send_chunk(chunk: list[bytes], keys: list[bytes] | None) -> None:
         for offset in range(0, len(chunk), step):
-            producer.send_many(topic, chunk[offset:offset + step])
+            producer.send_many(topic, chunk[offset:offset + step],
+                               None if keys is None else keys[offset:offset + step])
 
-    rate = _timed(values, txn, send_chunk, producer.begin_transaction,
+    rate = _timed(values, keys, txn, send_chunk, producer.begin_transaction,
                   producer.commit_transaction, producer.flush)
     last_stats = _our_stats(producer, before, len(values) / rate)
     producer.close()
@@ -183,13 +209,16 @@ class _RdkafkaStats:
                 "ratio": float("nan"), "requests/s": requests / seconds}
 
 
-def _confluent(bootstrap: str, topic: str, values: list[bytes], codec: str, txn: bool) -> float:
+def _confluent(bootstrap: str, topic: str, values: list[bytes], keys: list[bytes] | None,
+               codec: str, txn: bool) -> float:
     from confluent_kafka import Producer
 
     global last_stats
     props: dict[str, Any] = {
         "bootstrap.servers": bootstrap, "compression.type": codec, "acks": "all",
         "enable.idempotence": True, "queue.buffering.max.messages": 1_000_000, **COMMON}
+    if keys is not None:
+        props["partitioner"] = "murmur2_random"  # Java's, as ours
     if txn:
         props["transactional.id"] = f"bench-{uuid.uuid4().hex}"
     stats = _RdkafkaStats(topic)
@@ -206,18 +235,18 @@ def _confluent(bootstrap: str, topic: str, values: list[bytes], codec: str, txn:
         producer.commit_transaction(30)
     produce, poll = producer.produce, producer.poll
 
-    def send_chunk(chunk: list[bytes]) -> None:
-        for value in chunk:
+    def send_chunk(chunk: list[bytes], keys: list[bytes] | None) -> None:
+        for value, key in zip(chunk, keys or itertools.repeat(None), strict=False):
             try:
-                produce(topic, value)
+                produce(topic, value, key)
             except BufferError:  # librdkafka's queue is full: let it drain
                 poll(0.005)
-                produce(topic, value)
+                produce(topic, value, key)
 
     if STATS:
         stats.counting = True
         producer.poll(0.06)  # a window that starts the request count
-    rate = _timed(values, txn, send_chunk, producer.begin_transaction,
+    rate = _timed(values, keys, txn, send_chunk, producer.begin_transaction,
                   lambda: producer.commit_transaction(60), lambda: producer.flush(120))
     if STATS:
         time.sleep(0.12)  # one more statistics window, then hand it over
@@ -226,8 +255,8 @@ def _confluent(bootstrap: str, topic: str, values: list[bytes], codec: str, txn:
     return rate
 
 
-def _kafka_python(bootstrap: str, topic: str, values: list[bytes], codec: str,
-                  txn: bool) -> float:
+def _kafka_python(bootstrap: str, topic: str, values: list[bytes], keys: list[bytes] | None,
+                  codec: str, txn: bool) -> float:
     from kafka import KafkaProducer
 
     kwargs = {"bootstrap_servers": bootstrap, "acks": "all", "enable_idempotence": True,
@@ -242,7 +271,7 @@ def _kafka_python(bootstrap: str, topic: str, values: list[bytes], codec: str,
     producer.send(topic, b"warm-up").get(30)
     if txn:
         producer.commit_transaction()
-    rate = _timed(values, txn, _each(producer.send, topic), producer.begin_transaction,
+    rate = _timed(values, keys, txn, _each(producer.send, topic), producer.begin_transaction,
                   producer.commit_transaction, producer.flush)
     producer.close()
     return rate
@@ -264,12 +293,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codecs", nargs="+", default=["none", "lz4", "zstd"])
     parser.add_argument("--modes", nargs="+", default=["idempotent", "transactional"])
     parser.add_argument("--only", default=",".join(CLIENTS))
+    parser.add_argument("--keyed", type=int, default=0, metavar="N",
+                        help="records carry keys, N distinct ones (user-<i %% N>)")
+    parser.add_argument("--partitions", type=int, default=1,
+                        help="partitions of each topic (more than 1 only with --keyed)")
     parser.add_argument("--stats", action="store_true",
                         help="also print what each client sent per batch and per request")
     args = parser.parse_args(argv)
     global STATS
     STATS = args.stats
     clients = [name for name in args.only.split(",") if name]
+    if args.partitions > 1 and not args.keyed:
+        parser.error("--partitions above 1 needs --keyed (the end offsets of unkeyed records "
+                     "spread by the sticky partitioner cannot be checked per transaction)")
     cluster = None
     bootstrap = args.bootstrap
     if bootstrap is None:
@@ -294,19 +330,24 @@ def main(argv: list[str] | None = None) -> int:
                     for _ in range(args.runs):
                         for name in clients:
                             topic = f"bench-{uuid.uuid4().hex[:10]}"
-                            admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+                            admin.create_topics([NewTopic(topic, args.partitions, 1)]
+                                                )[topic].result(30)
                             count = args.kafka_python_records if name == "kafka-python" \
                                 else args.records
                             values = [bytes([65 + i % 26]) * (size - 8) + i.to_bytes(8, "big")
                                       for i in range(count)]
-                            rates[name].append(CLIENTS[name](bootstrap, topic, values, codec,
-                                                             mode == "transactional"))
+                            keys = [b"user-%d" % (i % args.keyed) for i in range(count)] \
+                                if args.keyed else None
+                            rates[name].append(CLIENTS[name](bootstrap, topic, values, keys,
+                                                             codec, mode == "transactional"))
                             cpu[name].append(last_cpu_us_per_record)
                             stats[name].append(dict(last_stats))
                             last_stats.clear()
-                            _verify(bootstrap, topic, count, mode == "transactional")
+                            _verify(bootstrap, topic, keys, count, mode == "transactional",
+                                    args.partitions)
                     medians = {name: statistics.median(r) for name, r in rates.items()}
-                    line = f"{mode + ' ' + str(size) + 'B ' + codec:34}"
+                    keyed = f" keyed/{args.keyed}" if args.keyed else ""
+                    line = f"{mode + ' ' + str(size) + 'B ' + codec + keyed:34}"
                     line += "".join(f"{medians[name]:>14,.0f}" for name in clients)
                     ours = medians.get("ours")
                     for other, base in (("confluent", "ours"), ("kafka-python", "ours"),

@@ -12,10 +12,12 @@ with Python names.
         print(future.result())  # RecordMetadata(topic, partition, offset, timestamp_ms)
 
 ``send()`` only appends to the accumulator; the sender thread (``sender.py``) encodes,
-compresses, sends and retries. The common record (``bytes`` value, no key, headers,
-partition or timestamp) takes a lane: it joins its topic's open sticky batch with one lock,
-a clock read and two list appends, and its future is a small tuple (at 100 bytes per record,
-Python's cost per call is what limits ``send()``). Transactions::
+compresses, sends and retries. A record with a ``bytes`` value and no headers or timestamp
+takes a lane: unkeyed, it joins its topic's open sticky batch; keyed (``bytes`` key) or given a
+partition, the open batch of that partition (``producer_lanes``; keys hashed with Java's
+murmur2, recent keys' hashes cached). One lock, a clock read and a few list appends, and its
+future is a small tuple (at 100 bytes per record, Python's cost per call is what limits
+``send()``). Transactions::
 
     producer = Producer({..., "transactional.id": "sink-7"})
     producer.init_transactions()
@@ -46,6 +48,7 @@ from kafka_ds.client.delivery import (
     check_record_size,
 )
 from kafka_ds.client.producer_config import ProducerConfig
+from kafka_ds.client.producer_lanes import KeyHashes, PartitionLanes
 from kafka_ds.client.sender import Sender, TopicMeta
 from kafka_ds.client.sticky_lane import StickyLane
 from kafka_ds.client.transactions import TransactionManager, complete_transaction
@@ -56,7 +59,7 @@ from kafka_ds.protocol.accumulator import (
     record_bytes_bound,
 )
 from kafka_ds.protocol.errors import KafkaDsError, KafkaTimeoutError
-from kafka_ds.protocol.partitioner import StickyPartitioner, murmur2, partitions_for_keys
+from kafka_ds.protocol.partitioner import StickyPartitioner, partitions_for_keys
 from kafka_ds.protocol.producer_state import ProducerState
 from kafka_ds.protocol.txn_state import (
     TransactionAbortableError,
@@ -73,6 +76,8 @@ _time_ns = time.time_ns
 # A module constant: reading an Enum member off its class costs ~50 ns in Python 3.11.
 _IN_TRANSACTION = TxnState.IN_TRANSACTION
 _yield_gil = time.sleep
+# Keys whose partition hash send() remembers (KeyHashes): ~150 bytes each.
+KEY_HASHES_CAPACITY = 1 << 15
 
 
 def _as_bytes(value: Any, what: str) -> bytes:
@@ -116,6 +121,11 @@ class Producer:
         # topic -> the sticky partition send() fills: send() counts its bytes here and asks
         # the partitioner only to switch.
         self._sticky_fast: dict[str, StickyLane] = {}
+        # topic -> the open batch of each partition, for keyed records and records given a
+        # partition (see producer_lanes).
+        self._partition_lanes: dict[str, PartitionLanes] = {}
+        self._key_hashes = KeyHashes(KEY_HASHES_CAPACITY)
+        self._key_hash = self._key_hashes.get  # one attribute load in send(), not two
         self._batch_size_bytes = max(cfg.batch_size_bytes, 1)
         # Records above this cannot be sent at all: refused in send(), as Java does.
         self._size_limit = min(cfg.max_request_size_bytes, cfg.buffer_memory_bytes)
@@ -137,43 +147,74 @@ class Producer:
         Blocks (up to ``max.block.ms``) only to learn a new topic's partitions or while
         ``buffer.memory`` is full.
         """
-        # The common record (bytes value; no key, headers, partition or timestamp) joins the
-        # open batch of its topic's sticky partition through the lane: a clock read, one lock
-        # and two list appends. Anything else, or a record the lane cannot take, goes to
-        # _send(), which makes every check in full (and opens the next lane).
-        if (key is None and partition is None and timestamp_ms is None and headers is None
-                and type(value) is bytes):
-            lane = self._sticky_fast.get(topic)
-            if lane is not None and (batch := lane.batch) is not None:
+        # A record with a bytes value and neither headers nor a timestamp takes a lane when
+        # one is open: unkeyed, its topic's sticky lane (the open batch of the sticky
+        # partition); keyed or with a partition given, the open batch of that partition. A
+        # clock read, one lock and a few list appends. Anything else, or a record the lane
+        # cannot take, goes to _send(), which makes every check in full (and opens lanes).
+        if headers is None and timestamp_ms is None and type(value) is bytes:
+            if key is None and partition is None:
+                lane = self._sticky_fast.get(topic)
+                if lane is None or (batch := lane.batch) is None:
+                    return self._send(topic, value, key, headers, partition, timestamp_ms,
+                                      callback)
+                stop_bytes = lane.stop_bytes
                 size = RECORD_OVERHEAD_BOUND + len(value)
-                timestamp_ms = _time_ns() // 1_000_000
-                accumulator = self._accumulator
-                txn = self._txn
-                lock = self._lock
-                lock.acquire()  # cheaper than `with`, and this is once per record
-                try:
-                    filled = batch.size_bytes + size
-                    if (filled <= lane.stop_bytes and not batch.closed
-                            and accumulator.used_bytes + size <= accumulator.buffer_memory_bytes
-                            and (txn is None or txn.machine.state is _IN_TRANSACTION)):
-                        values = batch.values
-                        index = len(values)
-                        values.append(value)
-                        batch.timestamps.append(timestamp_ms)
-                        if batch.keys is not None:
-                            batch.keys.append(None)
-                        if batch.headers is not None:
-                            batch.headers.append(())
-                        batch.size_bytes = filled
-                        accumulator.used_bytes += size
-                        if callback is not None:
-                            batch.add_callback(index, callback)
-                    else:
-                        index = -1
-                finally:  # free when nothing raises (3.11's zero-cost try)
-                    lock.release()
-                if index >= 0:
-                    return RecordFuture((batch, index))
+            else:
+                lanes = self._partition_lanes.get(topic)
+                if lanes is None or lanes.topic_meta is not self._sender.topic_meta or (
+                        key is not None and type(key) is not bytes):
+                    return self._send(topic, value, key, headers, partition, timestamp_ms,
+                                      callback)
+                if partition is None:
+                    if self._ignore_keys:
+                        return self._send(topic, value, key, headers, partition, timestamp_ms,
+                                          callback)
+                    hashed = self._key_hash(key)  # type: ignore[arg-type]
+                    if hashed is None:
+                        hashed = self._key_hashes.positive_hash(key)  # type: ignore[arg-type]
+                    batch = lanes.batches[hashed % lanes.partition_count]
+                elif 0 <= partition < lanes.partition_count:
+                    batch = lanes.batches[partition]
+                else:
+                    batch = None  # _send() names the partitions the topic has
+                size = RECORD_OVERHEAD_BOUND + len(value) + (len(key) if key is not None else 0)
+                if batch is None or size > self._size_limit:
+                    return self._send(topic, value, key, headers, partition, timestamp_ms,
+                                      callback)
+                stop_bytes = batch.limit_bytes
+            timestamp_ms = _time_ns() // 1_000_000
+            accumulator = self._accumulator
+            txn = self._txn
+            lock = self._lock
+            lock.acquire()  # cheaper than `with`, and this is once per record
+            try:
+                filled = batch.size_bytes + size
+                if (filled <= stop_bytes and not batch.closed
+                        and accumulator.used_bytes + size <= accumulator.buffer_memory_bytes
+                        and (txn is None or txn.machine.state is _IN_TRANSACTION)):
+                    values = batch.values
+                    index = len(values)
+                    values.append(value)
+                    batch.timestamps.append(timestamp_ms)
+                    keys = batch.keys
+                    if keys is not None:
+                        keys.append(key)
+                    elif key is not None:  # the batch's first key: pad the earlier records
+                        keys = batch.keys = [None] * index
+                        keys.append(key)
+                    if batch.headers is not None:
+                        batch.headers.append(())
+                    batch.size_bytes = filled
+                    accumulator.used_bytes += size
+                    if callback is not None:
+                        batch.add_callback(index, callback)
+                else:
+                    index = -1
+            finally:  # free when nothing raises (3.11's zero-cost try)
+                lock.release()
+            if index >= 0:
+                return RecordFuture((batch, index))
         return self._send(topic, value, key, headers, partition, timestamp_ms, callback)
 
     def _send(self, topic: str, value: bytes | None, key: bytes | None,
@@ -198,6 +239,7 @@ class Producer:
             size = RECORD_OVERHEAD_BOUND + (len(value) if value is not None else 0) + (
                 len(key) if key is not None else 0)
         sticky = None
+        meta = None
         if partition is None:
             if key is None or self._ignore_keys:
                 sticky = self._sticky_fast.get(topic)
@@ -210,7 +252,10 @@ class Producer:
                 partition = sticky.partition
             else:
                 meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
-                partition = (murmur2(key) & 0x7FFFFFFF) % meta.partition_count
+                hashed = self._key_hashes.get(key)
+                if hashed is None:
+                    hashed = self._key_hashes.positive_hash(key)
+                partition = hashed % meta.partition_count
         else:
             meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
             if not 0 <= partition < meta.partition_count:
@@ -233,8 +278,19 @@ class Producer:
             batch, index, is_new = appended
             if callback is not None:
                 batch.add_callback(index, callback)
-            if sticky is not None and not self._closed:
-                sticky.open_lane(batch, self._batch_size_bytes, self._size_limit)
+            if not self._closed:
+                if sticky is not None:
+                    sticky.open_lane(batch, self._batch_size_bytes, self._size_limit)
+                else:
+                    assert meta is not None
+                    # Lanes only for the metadata this record was partitioned with.
+                    topic_meta = self._sender.topic_meta
+                    if topic_meta.get(topic) is meta:
+                        lanes = self._partition_lanes.get(topic)
+                        if lanes is None or lanes.topic_meta is not topic_meta:
+                            lanes = self._partition_lanes[topic] = PartitionLanes(
+                                topic_meta, meta.partition_count)
+                        lanes.batches[partition] = batch
         finally:
             lock.release()
         if is_new:
@@ -481,6 +537,8 @@ class Producer:
             self._accumulator.closing = True
             for lane in self._sticky_fast.values():
                 lane.close_lane()  # send() now reaches _send(), which refuses
+            for lanes in self._partition_lanes.values():
+                lanes.close()
         force = timeout_ms == 0
         self._sender.initiate_close(force=force)
         self._sender.thread.join(None if timeout_ms is None else timeout_ms / 1000)

@@ -68,11 +68,10 @@ _SLICED_RUN_MIN_RECORDS = 8
 def _encode_table(values: Sequence[bytes | None], timestamps: Sequence[int],
                   keys: Sequence[bytes | None] | None) -> bytes:
     """The per-record path for batches too small for numpy: varints from ``_TABLE``."""
-    if keys is None:
-        try:
-            return _encode_table_unkeyed(values, timestamps)  # type: ignore[arg-type]
-        except (TypeError, IndexError):  # a null value, or a field past the table
-            pass
+    try:
+        return _encode_table_unkeyed(values, timestamps, keys)  # type: ignore[arg-type]
+    except (TypeError, IndexError):  # a null key or value, or a field past the table
+        pass
     table = _TABLE
     size = _TABLE_SIZE
     base = timestamps[0]
@@ -110,15 +109,18 @@ def _encode_table(values: Sequence[bytes | None], timestamps: Sequence[int],
     return b"".join(parts)
 
 
-def _encode_table_unkeyed(values: Sequence[bytes], timestamps: Sequence[int]) -> bytes:
-    """The hot shape (no keys, no nulls, no headers); raises on anything else.
+def _encode_table_unkeyed(values: Sequence[bytes], timestamps: Sequence[int],
+                          keys: Sequence[bytes] | None = None) -> bytes:
+    """The hot shape (no nulls, no headers; no keys, or a key on every record); raises on
+    anything else.
 
     A record is four pieces: [0 (the previous record's headers count), length, attributes,
     timestamp delta], offset delta, [null key, value length], value. The batch is cut into
     runs of records that share their timestamp and the width of their offset delta (which
     widens at 64 and 8192); within a run the first and third pieces depend on the value
     length alone, so they are made once per distinct length, and a long run is laid out by
-    four slice assignments (C loops) instead of a Python loop per record.
+    four slice assignments (C loops) instead of a Python loop per record. With keys, the
+    third piece is the key length, then come the key and the value length (``_encode_run_keyed``).
     """
     count = len(values)
     if len(timestamps) != count:
@@ -128,6 +130,7 @@ def _encode_table_unkeyed(values: Sequence[bytes], timestamps: Sequence[int]) ->
     table = _TABLE
     base = timestamps[0]
     lengths = list(map(len, values))  # TypeError on a null value
+    key_lengths = None if keys is None else list(map(len, keys))  # TypeError on a null key
     parts: list[bytes] = []
     start = 0
     while start < count:
@@ -140,7 +143,11 @@ def _encode_table_unkeyed(values: Sequence[bytes], timestamps: Sequence[int]) ->
         stop = min(bisect.bisect_right(timestamps, stamp, start), _offset_width_end(start))
         if timestamps[start:stop].count(stamp) != stop - start:
             stop = start + 1
-        _encode_run(parts, values, lengths, start, stop, table[delta])
+        if keys is None or key_lengths is None:
+            _encode_run(parts, values, lengths, start, stop, table[delta])
+        else:
+            _encode_run_keyed(parts, keys, key_lengths, values, lengths, start, stop,
+                              table[delta])
         start = stop
     parts[0] = parts[0][1:]  # the first record has no record before it
     parts.append(b"\x00")  # the last record's headers count
@@ -180,6 +187,32 @@ def _encode_run(parts: list[bytes], values: Sequence[bytes], lengths: list[int],
         run[2::4] = list(map(tails.__getitem__, run_lengths))
     run[1::4] = table[start:stop]
     run[3::4] = values[start:stop]
+    parts += run
+
+
+def _encode_run_keyed(parts: list[bytes], keys: Sequence[bytes], key_lengths: list[int],
+                      values: Sequence[bytes], lengths: list[int], start: int, stop: int,
+                      delta_bytes: bytes) -> None:
+    """``_encode_run`` for keyed records: six pieces per record, [0, length, attributes,
+    timestamp delta] (made once per distinct key and value length), offset delta, key
+    length, key, value length, value; laid out by slice assignments."""
+    table = _TABLE
+    offset_width = len(table[start])
+    run_key_lengths = key_lengths[start:stop]
+    run_lengths = lengths[start:stop]
+    pairs = list(zip(run_key_lengths, run_lengths, strict=True))
+    heads: dict[tuple[int, int], bytes] = {}
+    for key_length, length in set(pairs):
+        body = (2 + len(delta_bytes) + offset_width + len(table[key_length]) + key_length
+                + len(table[length]) + length)
+        heads[(key_length, length)] = b"\x00" + table[body] + b"\x00" + delta_bytes
+    run: list[bytes] = [b""] * (6 * (stop - start))
+    run[0::6] = list(map(heads.__getitem__, pairs))
+    run[1::6] = table[start:stop]
+    run[2::6] = list(map(table.__getitem__, run_key_lengths))
+    run[3::6] = keys[start:stop]
+    run[4::6] = list(map(table.__getitem__, run_lengths))
+    run[5::6] = values[start:stop]
     parts += run
 
 

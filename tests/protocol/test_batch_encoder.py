@@ -82,3 +82,39 @@ def test_unkeyed_batches_with_timestamps_out_of_order(seed: int) -> None:
     timestamps = [BASE_MS] + [BASE_MS + rng.randint(0, 3) + index // 20
                               for index in range(1, count)]
     assert batch_encoder.encode_section(values, timestamps) == _reference(values, timestamps)
+
+
+@pytest.mark.parametrize("records_per_ms", [7, 700, -1])
+@pytest.mark.parametrize("count", [1, 2, 64, 65, 2000, 8193])
+def test_keyed_batches_take_the_sliced_path_and_match_the_reference(
+        count: int, records_per_ms: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key on every record (the keyed per-record producer's batch): keys and values of a
+    few recurring lengths (empty ones too), rising timestamps or (-1) a few out of order.
+    They go through _encode_run_keyed, not the per-record loop, and match kafka-python."""
+    rng = random.Random(count * 1000 + records_per_ms)
+    keys = [rng.randbytes(rng.choice([0, 6, 9, 9, 200])) for _ in range(count)]
+    values = [rng.randbytes(rng.choice([0, 5, 100, 100, 3000])) for _ in range(count)]
+    if records_per_ms > 0:
+        timestamps = [BASE_MS + index // records_per_ms for index in range(count)]
+    else:
+        timestamps = [BASE_MS] + [BASE_MS + rng.randint(0, 3) + index // 20
+                                  for index in range(1, count)]
+    runs: list[int] = []
+    keyed_run = batch_encoder._encode_run_keyed
+
+    def spy(parts: list[bytes], *args: object) -> None:
+        runs.append(1)
+        keyed_run(parts, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(batch_encoder, "_encode_run_keyed", spy)
+    expected = _reference(values, timestamps, keys)
+    assert batch_encoder.encode_section(values, timestamps, keys) == expected
+    assert runs  # the sliced keyed path wrote the section
+
+
+def test_keyed_batches_with_a_null_key_fall_back_exactly() -> None:
+    keys: list[bytes | None] = [b"k1", None, b"k3"] * 50
+    values = [b"v" * 10] * 150
+    timestamps = [BASE_MS] * 150
+    assert batch_encoder.encode_section(values, timestamps, keys) == \
+        _reference(values, timestamps, keys)
