@@ -4,12 +4,14 @@ A script, not a test (``make bench-sink``)::
 
     python -m integration.benchmarks.bench_spark_sink [--bootstrap HOST:PORT] [--runs 3]
         [--rows 2000000] [--sizes 100 1024] [--codecs none lz4] [--partitions 4]
-        [--profile] [--commit-batches 20] [--py-spy DIR]
+        [--profile] [--commit-batches 20] [--py-spy DIR] [--tcp-python-sockets]
 
-Without ``--bootstrap`` it starts a one-node harness broker. The input is a cached DataFrame
-of ``--partitions`` partitions (local[2], as the harness session) whose ``value`` is
-``size`` bytes: a row number, then hex digits of a hash (compressible about 2x, as text is).
-Each scenario (value size x codec) writes it, ``--runs`` times and alternating, with:
+Without ``--bootstrap`` it starts a one-node harness broker. The session runs Spark's Python
+workers over Unix domain sockets (``spark_settings``; ``--tcp-python-sockets`` for TCP). The
+input is a cached DataFrame of ``--partitions`` partitions (local[2], as the harness session)
+whose ``value`` is ``size`` bytes: a row number, then hex digits of a hash (compressible about
+2x, as text is). Each scenario (value size x codec) writes it, ``--runs`` times and
+alternating, with:
 
 - ``jvm``: ``format("kafka")``, Spark's own sink (at-least-once: it has nothing else);
 - ``eos``: ``format("pykafka")``, exactly-once (the default);
@@ -300,8 +302,12 @@ def main() -> int:
     parser.add_argument("--py-spy", type=Path, default=None,
                         help="record the Python workers of the exactly-once writes into this "
                              "dir with py-spy and print the top frames")
+    parser.add_argument("--tcp-python-sockets", action="store_true",
+                        help="Spark's default TCP sockets to the Python workers instead of the "
+                             "Unix domain sockets the README recommends")
     args = parser.parse_args()
 
+    from integration.benchmarks import spark_settings
     from integration.harness.cluster import KafkaCluster
     from integration.harness.jars import fetch_spark_kafka_jars
 
@@ -324,7 +330,8 @@ def main() -> int:
         from kafka_ds.client.admin import Admin
         from kafka_ds.spark import PyKafkaDataSource
 
-        spark = spark_session(fetch_spark_kafka_jars())
+        spark = spark_session(fetch_spark_kafka_jars(),
+                              conf=spark_settings.session_conf(args.tcp_python_sockets))
         spark.sparkContext.setLogLevel("ERROR")
         spark.dataSource.register(PyKafkaDataSource)
         spark.dataSource.register(_noop_source())
