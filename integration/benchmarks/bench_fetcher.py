@@ -61,23 +61,29 @@ def _rss_bytes() -> tuple[int, int]:
 
 
 def _payload_file(value_bytes: int, distinct: int = 20_000) -> Path:
-    """``distinct`` JSON-like values of ``value_bytes`` each, one per line, for the producer tool.
+    """``distinct`` JSON-like values of ``value_bytes`` on average, one per line, for the
+    producer tool.
 
     Without a payload file ProducerPerformance sends one identical value in every record,
     which lz4/zstd shrink a hundredfold and which no real topic looks like: compressed
-    topics would then measure decompression of nothing.
+    topics would then measure decompression of nothing. The lengths vary (uniformly, from half
+    to one and a half times ``value_bytes``), as real records' do: the decoder takes shortcuts
+    when every record of a batch has the same size (one record walk per batch shape, values
+    copied as fixed-width rows), and equal-length values would measure those shortcuts rather
+    than what a real topic gets.
     """
-    path = Path(tempfile.gettempdir()) / f"kafka_ds-bench-payload-{value_bytes}.txt"
+    path = Path(tempfile.gettempdir()) / f"kafka_ds-bench-payload-{value_bytes}-varied.txt"
     if path.exists():
         return path
     rng = random.Random(value_bytes)
     words = ["user", "order", "click", "view", "cart", "pay", "ok", "eu-west", "us-east"]
     lines = []
     for index in range(distinct):
+        length = rng.randint(value_bytes // 2, value_bytes * 3 // 2)
         head = (f'{{"id":{index},"event":"{words[index % 7]}","region":"{words[7 + index % 2]}",'
                 f'"session":"{rng.getrandbits(64):016x}","data":"')
-        filler = "".join(rng.choices("abcdefghijklmnopqrstuvwxyz ", k=max(0, value_bytes)))
-        lines.append((head + filler)[:value_bytes - 2] + '"}')
+        filler = "".join(rng.choices("abcdefghijklmnopqrstuvwxyz ", k=max(0, length)))
+        lines.append((head + filler)[:max(length - 2, 0)] + '"}')
     path.write_text("\n".join(lines))
     return path
 

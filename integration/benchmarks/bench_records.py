@@ -50,7 +50,8 @@ CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compress
 
 def make_columns(count: int, value_bytes: int, seed: int) -> tuple[pa.Array, pa.Array,
                                                                    np.ndarray]:
-    """Keys, values and timestamps of ``count`` records: random keys, JSON-ish values."""
+    """Keys, values and timestamps of ``count`` records: random keys, JSON-ish values of
+    ``value_bytes`` on average."""
     rng = np.random.default_rng(seed)
     keys = rng.integers(0, 256, size=(count, 12), dtype=np.uint8)
     words = [b"user", b"order", b"click", b"view", b"cart", b"pay", b"ok", b"eu-west", b"us"]
@@ -59,9 +60,12 @@ def make_columns(count: int, value_bytes: int, seed: int) -> tuple[pa.Array, pa.
         token = rng.integers(0, 2**63).item()
         head = (b'{"id":%d,"event":"%s","region":"%s","session":"%016x","data":"'
                 % (index, words[index % 7], words[7 + index % 2], token))
-        filler = rng.integers(97, 123, size=max(0, value_bytes - len(head) - 2),
+        # Lengths vary from half to one and a half times value_bytes (as bench_fetcher's
+        # payloads): equal lengths would measure the decoder's fixed-size shortcuts.
+        length = int(rng.integers(value_bytes // 2, value_bytes * 3 // 2 + 1))
+        filler = rng.integers(97, 123, size=max(0, length - len(head) - 2),
                               dtype=np.uint8).tobytes()
-        values.append((head + filler + b'"}')[:value_bytes])
+        values.append((head + filler + b'"}')[:length])
     timestamps = 1_700_000_000_000 + np.cumsum(rng.integers(0, 3, size=count))
     key_array = pa.Array.from_buffers(
         pa.binary(), count,

@@ -155,7 +155,7 @@ def _produce_once(cluster: KafkaCluster, client: str, size: int, codec: str, mod
     count = (config.kafka_python_produce_records if client == "kafka-python"
              else config.produce_records)
     values = [bytes([65 + i % 26]) * (size - 8) + i.to_bytes(8, "big") for i in range(count)]
-    return bench_producer.CLIENTS[client](cluster.bootstrap(), topic, values, codec,
+    return bench_producer.CLIENTS[client](cluster.bootstrap(), topic, values, None, codec,
                                           mode == "transactional")
 
 
