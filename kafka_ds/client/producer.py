@@ -251,10 +251,7 @@ class Producer(ProducerTransactions):
                 partition = sticky.partition
             else:
                 meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
-                hashed = self._key_hashes.get(key)
-                if hashed is None:
-                    hashed = self._key_hashes.positive_hash(key)
-                partition = hashed % meta.partition_count
+                partition = self._key_hashes.positive(key) % meta.partition_count
         else:
             meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
             if not 0 <= partition < meta.partition_count:

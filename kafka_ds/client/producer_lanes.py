@@ -53,6 +53,12 @@ class KeyHashes(dict[bytes, int]):
         super().__init__()
         self.capacity = capacity
 
+    def positive(self, key: bytes) -> int:
+        """The hash of ``key``, remembered or computed (send()'s lane inlines this: ``.get``,
+        then ``positive_hash`` on a miss)."""
+        hashed = self.get(key)
+        return self.positive_hash(key) if hashed is None else hashed
+
     def positive_hash(self, key: bytes) -> int:
         """The hash of ``key``, computed and remembered (call after ``.get`` missed)."""
         if len(self) >= self.capacity:

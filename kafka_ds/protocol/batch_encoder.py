@@ -69,7 +69,7 @@ def _encode_table(values: Sequence[bytes | None], timestamps: Sequence[int],
                   keys: Sequence[bytes | None] | None) -> bytes:
     """The per-record path for batches too small for numpy: varints from ``_TABLE``."""
     try:
-        return _encode_table_unkeyed(values, timestamps, keys)  # type: ignore[arg-type]
+        return _encode_table_runs(values, timestamps, keys)  # type: ignore[arg-type]
     except (TypeError, IndexError):  # a null key or value, or a field past the table
         pass
     table = _TABLE
@@ -109,7 +109,7 @@ def _encode_table(values: Sequence[bytes | None], timestamps: Sequence[int],
     return b"".join(parts)
 
 
-def _encode_table_unkeyed(values: Sequence[bytes], timestamps: Sequence[int],
+def _encode_table_runs(values: Sequence[bytes], timestamps: Sequence[int],
                           keys: Sequence[bytes] | None = None) -> bytes:
     """The hot shape (no nulls, no headers; no keys, or a key on every record); raises on
     anything else.
