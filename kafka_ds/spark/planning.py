@@ -162,7 +162,7 @@ def split_ranges(ranges: Iterable[OffsetRange], *, min_partitions: int | None = 
     unsplit_partitions = {r.topic_partition for r in unsplit}
     split_total = total - unsplit_total
     split_min = max(min_partitions - len(unsplit), 1)
-    result = []
+    result: list[OffsetRange] = []
     for r in divided:
         parts = (1 if r.topic_partition in unsplit_partitions
                  else _part_count(r.end - r.start, split_total, split_min))

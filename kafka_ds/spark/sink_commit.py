@@ -106,6 +106,8 @@ class BatchCommit:
         fault_point("commit:end", batch_id=self.batch_id)
 
     def _commit_transactions(self) -> None:
+        sink_id = self.sink_id
+        assert sink_id is not None  # commit() calls this only for a named exactly-once sink
         started = time.monotonic()
         prepared = self._prepared()
         with _pooled(self.options) as cluster:
@@ -126,7 +128,7 @@ class BatchCommit:
                     raise
                 if store is not None:
                     assert self.batch_id is not None
-                    store.write(intent_for(self.sink_id, self.query_id, self.run_id,
+                    store.write(intent_for(sink_id, self.query_id, self.run_id,
                                            self.batch_id, len(self.messages), previous,
                                            tokens))
                     fault_point("commit:after-intent", batch_id=self.batch_id)

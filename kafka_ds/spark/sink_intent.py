@@ -128,9 +128,9 @@ class IntentStore:
             return None
         records = [record for _, record in
                    Fetcher(self.cluster).read_records([(self.topic, 0, end - 1, end)])]
-        if not records or records[-1].value is None:
+        record = records[-1] if records else None
+        if record is None or record.value is None:
             return None  # compacted away under a tombstone: the sink was reset on purpose
-        record = records[-1]
         key = record.key.decode("utf-8", "replace") if record.key is not None else None
         if key != self.sink_id:
             raise KafkaOptionError(
