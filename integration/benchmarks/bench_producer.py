@@ -20,7 +20,10 @@ as ``partitioner=murmur2_random``), ``--partitions`` spreads them over more part
 call per 10,000 records, the path the Spark sink uses); ``ours`` is plain per-record
 ``send()``. Next to the rates it prints the CPU time of the benchmark process per record
 (``time.process_time``, every thread: ours includes its sender thread, confluent-kafka its
-librdkafka threads), which the load of a shared machine disturbs less than wall time. After
+librdkafka threads), which the load of a shared machine disturbs less than wall time, and the
+CPU time of the calling thread alone in its send calls (``time.thread_time``: ours is
+``send()`` without the sender thread, confluent-kafka's ``produce()`` without librdkafka's
+threads; the per-record cost the GIL serialises, and the figure to compare). After
 each run the topic's end offset is checked: every record (and each commit marker) is there.
 """
 
@@ -40,6 +43,8 @@ COMMON = {"linger.ms": "5", "batch.size": str(256 * 1024)}
 # CPU microseconds per record of the last _timed run (the client functions return only the
 # rate: report_cases calls them too).
 last_cpu_us_per_record = 0.0
+# CPU microseconds per record of the calling thread inside the send calls of the last run.
+last_caller_cpu_us_per_record = 0.0
 # What the last run sent, per batch and per request (--stats): records/batch, wire
 # bytes/batch, compression ratio, requests/s. None where the client does not tell.
 last_stats: dict[str, float] = {}
@@ -53,19 +58,24 @@ def _timed(values: list[bytes], keys: list[bytes] | None, txn: bool, send_chunk:
            begin: Callable[[], None], commit: Callable[[], None],
            flush: Callable[[], None]) -> float:
     """records/s from the first send to the end of flush (of commit, when transactional)."""
-    global last_cpu_us_per_record
+    global last_cpu_us_per_record, last_caller_cpu_us_per_record
     chunk_size = TXN_CHUNK if txn else len(values)
+    caller_cpu_s = 0.0
     start = time.perf_counter()
     start_cpu = time.process_time()
     for chunk_start in range(0, len(values), chunk_size):
         if txn:
             begin()
-        send_chunk(values[chunk_start:chunk_start + chunk_size],
-                   None if keys is None else keys[chunk_start:chunk_start + chunk_size])
+        chunk_values = values[chunk_start:chunk_start + chunk_size]
+        chunk_keys = None if keys is None else keys[chunk_start:chunk_start + chunk_size]
+        chunk_cpu = time.thread_time()
+        send_chunk(chunk_values, chunk_keys)
+        caller_cpu_s += time.thread_time() - chunk_cpu
         if txn:
             commit()
     flush()
     last_cpu_us_per_record = (time.process_time() - start_cpu) * 1e6 / len(values)
+    last_caller_cpu_us_per_record = caller_cpu_s * 1e6 / len(values)
     return len(values) / (time.perf_counter() - start)
 
 
@@ -323,12 +333,14 @@ def main(argv: list[str] | None = None) -> int:
         header = f"{'scenario':34}" + "".join(f"{name:>14}" for name in clients)
         header += "   ours/confluent  ours/kafka-python  bulk/confluent"
         header += "".join(f"  {name + ' cpu us/rec':>22}" for name in clients)
+        header += "".join(f"  {name + ' caller us/rec':>25}" for name in clients)
         print(header)
         for mode in args.modes:
             for size in args.sizes:
                 for codec in args.codecs:
                     rates: dict[str, list[float]] = {name: [] for name in clients}
                     cpu: dict[str, list[float]] = {name: [] for name in clients}
+                    caller_cpu: dict[str, list[float]] = {name: [] for name in clients}
                     stats: dict[str, list[dict[str, float]]] = {name: [] for name in clients}
                     for _ in range(args.runs):
                         for name in clients:
@@ -344,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
                             rates[name].append(CLIENTS[name](bootstrap, topic, values, keys,
                                                              codec, mode == "transactional"))
                             cpu[name].append(last_cpu_us_per_record)
+                            caller_cpu[name].append(last_caller_cpu_us_per_record)
                             stats[name].append(dict(last_stats))
                             last_stats.clear()
                             _verify(bootstrap, topic, keys, count, mode == "transactional",
@@ -361,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
                             line += f"{'-':>17}"
                     del ours
                     line += "".join(f"{statistics.median(cpu[name]):>24.2f}" for name in clients)
+                    line += "".join(f"{statistics.median(caller_cpu[name]):>27.2f}"
+                                    for name in clients)
                     print(line, flush=True)
                     if args.stats:
                         for name in clients:
