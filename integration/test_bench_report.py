@@ -74,6 +74,20 @@ def test_report_tables_and_plots_from_a_real_run(kafka: KafkaCluster, tmp_path: 
     assert (f"| client produce | idempotent 100 B none | kafka_ds send() / confluent-kafka | "
             f">= 1.00x | {per_record:.2f}x | {'yes' if per_record >= 1 else 'NO'} |") in text
 
+    # CPU per record beside the rates, for every client: the calling thread's share of a run
+    # is part of the whole process's, so per run it reads at least as many records per
+    # CPU-second; and each table shows the medians of its own samples.
+    cpu = {(m.case, m.connector): m for m in found.measurements
+           if m.case in report_cases.PRODUCE_CPU_CASES.values()}
+    assert len(cpu) == 2 * len(by_name)
+    for name in by_name:
+        whole = cpu[(report_cases.PRODUCE_CPU_CASES["all"], name)]
+        caller = cpu[(report_cases.PRODUCE_CPU_CASES["caller"], name)]
+        assert len(whole.samples) == len(caller.samples) == TINY.runs
+        assert all(0 < a <= c for a, c in zip(whole.samples, caller.samples, strict=True)), name
+        cpu_row = _table_row(text, whole.case, "idempotent 100 B none")
+        assert f"{name} (records per CPU-second)={_fmt(whole.median)}" in " ".join(cpu_row)
+
     for png in ("client-produce.png", "decode--one-core--CPU-time-.png"):
         assert f"]({png})" in text
         width, height = _png_size(tmp_path / png)

@@ -127,36 +127,61 @@ def decode(config: Config, progress: Progress) -> list[Measurement]:
     return out
 
 
+# The CPU cases of client produce: records per CPU-second (higher is better, like the rates, so
+# that ratios read the same way), of every thread of the process and of the calling thread
+# alone inside its send calls. Wall rates of per-record sends swing by about 0.2x between
+# quiet runs of the same code on 2 cores shared with the broker; CPU time much less. And only
+# ours runs its background work (the sender thread) under the GIL, serialised with send(),
+# where librdkafka's threads run beside produce(): the calling-thread figure compares the
+# per-record call itself, the all-threads figure the whole cost.
+PRODUCE_CPU_CASES = {"all": "client produce, records per CPU-second (all threads)",
+                     "caller": "client produce, records per CPU-second (calling thread)"}
+PER_CPU_SECOND = "records per CPU-second"
+
+
 def client_produce(cluster: KafkaCluster, config: Config, progress: Progress
                    ) -> list[Measurement]:
-    """bench_producer's clients, one fresh topic per client and repetition."""
+    """bench_producer's clients, one fresh topic per client and repetition: records/s, and
+    records per CPU-second (``PRODUCE_CPU_CASES``)."""
     out = []
+    cpu_rows = []
     names = {"ours": "kafka_ds send()", "ours-bulk": "kafka_ds send_many()",
              "confluent": "confluent-kafka", "kafka-python": "kafka-python"}
+    ours = {names["ours"], names["ours-bulk"]}
     for mode in config.produce_modes:
         for size in config.sizes:
             for codec in config.codecs:
+                cpu: dict[str, dict[str, list[float]]] = {
+                    kind: {name: [] for name in names.values()} for kind in PRODUCE_CPU_CASES}
                 samples = _interleaved(config.runs, {
-                    name: partial(_produce_once, cluster, client, size, codec, mode, config)
+                    name: partial(_produce_once, cluster, client, size, codec, mode, config,
+                                  {kind: cpu[kind][name] for kind in cpu})
                     for client, name in names.items()})
                 scenario = f"{mode} {_label(size, codec)}"
-                rows = _measurements("client produce", scenario, samples,
-                                     {names["ours"], names["ours-bulk"]})
+                rows = _measurements("client produce", scenario, samples, ours)
                 out += rows
-                progress(f"client produce {scenario}: " + _line(rows))
-    return out
+                for kind, case in PRODUCE_CPU_CASES.items():
+                    cpu_rows += [Measurement(case, scenario, name, name in ours, values,
+                                             PER_CPU_SECOND)
+                                 for name, values in cpu[kind].items()]
+                progress(f"client produce {scenario}: " + _line(rows, names["ours"]))
+    return out + cpu_rows
 
 
 def _produce_once(cluster: KafkaCluster, client: str, size: int, codec: str, mode: str,
-                  config: Config) -> float:
-    """One bench_producer client writing one fresh topic: records/s."""
+                  config: Config, cpu: dict[str, list[float]]) -> float:
+    """One bench_producer client writing one fresh topic: records/s; appends its records per
+    CPU-second to ``cpu["all"]`` and ``cpu["caller"]``."""
     topic = f"bench-produce-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, 1)
     count = (config.kafka_python_produce_records if client == "kafka-python"
              else config.produce_records)
     values = [bytes([65 + i % 26]) * (size - 8) + i.to_bytes(8, "big") for i in range(count)]
-    return bench_producer.CLIENTS[client](cluster.bootstrap(), topic, values, None, codec,
-                                          mode == "transactional")
+    rate: float = bench_producer.CLIENTS[client](cluster.bootstrap(), topic, values, None,
+                                                 codec, mode == "transactional")
+    cpu["all"].append(1e6 / max(bench_producer.last_cpu_us_per_record, 1e-6))
+    cpu["caller"].append(1e6 / max(bench_producer.last_caller_cpu_us_per_record, 1e-6))
+    return rate
 
 
 def client_consume(cluster: KafkaCluster, config: Config, progress: Progress
@@ -413,13 +438,14 @@ def latency(spark: Any, cluster: KafkaCluster, config: Config, progress: Progres
     return out
 
 
-def _line(rows: list[Measurement]) -> str:
-    ours = [m for m in rows if m.ours]
+def _line(rows: list[Measurement], ours_name: str | None = None) -> str:
+    """The medians, and the ratios of ``ours_name`` (by default our fastest) to each peer."""
+    ours = [m for m in rows if m.ours and ours_name in (None, m.connector)]
     text = ", ".join(f"{m.connector} {m.median / 1e6:.3f} M/s" for m in rows)
     if ours:
         best = max(ours, key=lambda m: m.median)
-        text += " | " + ", ".join(f"{best.median / m.median:.2f}x {m.connector}"
-                                  for m in rows if not m.ours)
+        text += f" | {best.connector}: " + ", ".join(
+            f"{best.median / m.median:.2f}x {m.connector}" for m in rows if not m.ours)
     return text
 
 

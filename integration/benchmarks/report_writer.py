@@ -92,7 +92,7 @@ class Report:
 
 
 def _rate(value: float, unit: str) -> str:
-    if unit != "records/s":
+    if not unit.startswith("records"):
         return f"{value:.3g}"
     if value >= 1e6:
         return f"{value / 1e6:.2f} M"
