@@ -13,7 +13,8 @@ records/s from the first ``send`` to the end of ``flush`` (transactional: to the
 compression ratio and the Produce requests per second (librdkafka's statistics callback,
 our sender's counters). Modes: ``idempotent`` (acks=all, idempotence on) and ``transactional`` (one
 transaction per 50,000 records). Every client gets linger.ms=5 and batch.size=256 KiB, one
-partition, unkeyed 100-byte or 1 KiB values. ``--keyed N`` gives the records keys
+partition, unkeyed values of 100 B or 1 KiB on average (JSON-like text of varying length,
+``bench_values``). ``--keyed N`` gives the records keys
 (``user-<i % N>``: N distinct keys, each client partitions them with Java's murmur2, librdkafka
 as ``partitioner=murmur2_random``), ``--partitions`` spreads them over more partitions.
 ``ours-bulk`` is ``Producer.send_many`` (one
@@ -37,6 +38,8 @@ import time
 import uuid
 from collections.abc import Callable
 from typing import Any
+
+from integration.benchmarks import bench_fetcher
 
 TXN_CHUNK = 50_000
 COMMON = {"linger.ms": "5", "batch.size": str(256 * 1024)}
@@ -77,6 +80,15 @@ def _timed(values: list[bytes], keys: list[bytes] | None, txn: bool, send_chunk:
     last_cpu_us_per_record = (time.process_time() - start_cpu) * 1e6 / len(values)
     last_caller_cpu_us_per_record = caller_cpu_s * 1e6 / len(values)
     return len(values) / (time.perf_counter() - start)
+
+
+def bench_values(size: int, count: int) -> list[bytes]:
+    """``count`` values of ``size`` bytes on average: bench_fetcher's JSON-like payload lines,
+    in turn. Their lengths vary from half to one and a half times ``size`` and their text
+    compresses as text does: values of one length would measure the encoder's shortcut for
+    equal lengths, and one repeated letter would measure compressing nothing."""
+    lines = bench_fetcher._payload_file(size).read_bytes().split(b"\n")
+    return [lines[index % len(lines)] for index in range(count)]
 
 
 def _verify(bootstrap: str, topic: str, keys: list[bytes] | None, records: int, txn: bool,
@@ -349,8 +361,7 @@ def main(argv: list[str] | None = None) -> int:
                                                 )[topic].result(30)
                             count = args.kafka_python_records if name == "kafka-python" \
                                 else args.records
-                            values = [bytes([65 + i % 26]) * (size - 8) + i.to_bytes(8, "big")
-                                      for i in range(count)]
+                            values = bench_values(size, count)
                             keys = [b"user-%d" % (i % args.keyed) for i in range(count)] \
                                 if args.keyed else None
                             rates[name].append(CLIENTS[name](bootstrap, topic, values, keys,

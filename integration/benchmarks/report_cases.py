@@ -176,7 +176,7 @@ def _produce_once(cluster: KafkaCluster, client: str, size: int, codec: str, mod
     cluster.create_topic(topic, 1)
     count = (config.kafka_python_produce_records if client == "kafka-python"
              else config.produce_records)
-    values = [bytes([65 + i % 26]) * (size - 8) + i.to_bytes(8, "big") for i in range(count)]
+    values = bench_producer.bench_values(size, count)
     rate: float = bench_producer.CLIENTS[client](cluster.bootstrap(), topic, values, None,
                                                  codec, mode == "transactional")
     cpu["all"].append(1e6 / max(bench_producer.last_cpu_us_per_record, 1e-6))
