@@ -213,8 +213,8 @@ def test_receiving_ahead_reads_like_librdkafka(kafka: KafkaCluster,
                                                make_fetcher: FetcherFactory, codec: str,
                                                receive_ahead: bool) -> None:
     """Chunks of 1 MiB and more are decoded while a helper thread receives the next response
-    (``receive.ahead``, on by default): the rows are librdkafka's either way, and the helper
-    did run (counted per fetcher) only where it is on."""
+    (``receive.ahead``): the rows are librdkafka's either way, and the helper did run
+    (counted per fetcher) only where it is on."""
     topic = topic_factory(partitions=2)
     rnd = random.Random(codec)
     for partition in range(2):

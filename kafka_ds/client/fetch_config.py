@@ -37,11 +37,13 @@ Options that are ours, not the Java consumer's:
   CPU in all: it pays where a core is idle (one reader on a machine with cores to spare), not
   where every core is busy (Spark tasks on all executor cores, or 2 cores shared with a
   broker, as measured with integration/benchmarks/bench_fetcher.py), hence 0 by default.
-* ``receive.ahead`` (true): while the calling thread decodes a response of 1 MiB or more, a
-  second thread receives the responses in flight (``fetch_receive``), so that copying them
-  out of the socket overlaps decoding instead of following it. Single-partition reads of
-  1 KB records measured about 10 % faster (lz4, zstd) for about 5-10 % more CPU in all
-  (thread hand-offs); false keeps every socket read in the calling thread.
+* ``receive.ahead`` (false): while the calling thread decodes a compressed response of 1 MiB
+  or more, a second thread receives the responses in flight (``fetch_receive``), so that
+  copying them out of the socket (about 1 ms per 4 MiB) overlaps decoding instead of
+  following it. Like ``decode.threads`` it pays only where a core is free: reading one
+  partition of 1 KB records beside a local broker on 2 cores, 9-22 % faster (lz4) and 8-13 %
+  (zstd) at load 1-4, but 4-9 % slower at load 5, for 0-10 % more CPU per record (thread
+  hand-offs; integration/benchmarks/bench_fetcher.py), hence off by default.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class FetchConfig:
     max_decompressed_bytes: int = 256 * 1024 * 1024
     decode_threads: int = 0
     max_decompressed_response_bytes: int = 1024 * 1024 * 1024
-    receive_ahead: bool = True
+    receive_ahead: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -146,7 +148,7 @@ class FetchConfig:
             max_decompressed_response_bytes=parse_int(
                 properties, "fetch.max.decompressed.response.bytes", 1024 * 1024 * 1024,
                 minimum=1),
-            receive_ahead=parse_bool(properties, "receive.ahead", True),
+            receive_ahead=parse_bool(properties, "receive.ahead", False),
         )
 
 

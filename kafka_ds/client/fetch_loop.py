@@ -50,8 +50,8 @@ errors that stop a read (no progress, a response that does not parse) is ``fetch
 Decoding (``chunk_decode``) runs in the calling thread, or with ``decode.threads`` in two
 steps for chunks of large zstd or gzip records: a small pool scans them (CRC, decompression)
 as responses arrive, and the calling thread finishes them (records, Arrow) in arrival order
-(``Chunk.decoding``). Otherwise, while the calling thread decodes a large compressed chunk, a
-helper thread receives the response in flight (``fetch_receive``, ``receive.ahead``).
+(``Chunk.decoding``). Otherwise, with ``receive.ahead``, a helper thread receives the response
+in flight while the calling thread decodes a large compressed chunk (``fetch_receive``).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ client is never used by two threads at once. The socket reads release the GIL, s
 overlap the decoding; the Python part of a poll is small.
 
 It pays where a core is free for the copy (a reader on a machine with cores to spare, or
-alongside a broker that leaves a core partly idle), and costs a little CPU for the thread
-hand-offs where none is: hence ``receive.ahead`` (fetch_config) to turn it off.
+alongside a broker that leaves a core partly idle), and loses where none is (the thread
+hand-offs cost CPU): hence ``receive.ahead`` (fetch_config), off by default.
 """
 
 from __future__ import annotations
