@@ -206,6 +206,36 @@ def test_compressed_topics_read_like_librdkafka(kafka: KafkaCluster,
     assert fetcher.metrics.fetch_requests >= 6
 
 
+@pytest.mark.parametrize("receive_ahead", [True, False])
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_receiving_ahead_reads_like_librdkafka(kafka: KafkaCluster,
+                                               topic_factory: Callable[..., str],
+                                               make_fetcher: FetcherFactory, codec: str,
+                                               receive_ahead: bool) -> None:
+    """Chunks of 1 MiB and more are decoded while a helper thread receives the next response
+    (``receive.ahead``): the rows are librdkafka's either way, and the helper did run
+    (counted per fetcher) only where it is on."""
+    topic = topic_factory(partitions=2)
+    rnd = random.Random(codec)
+    for partition in range(2):
+        # 1.5 KB values, half text, half random bytes: about 3-4 MB per partition compressed
+        # (librdkafka writes a batch uncompressed when the codec would not shrink it).
+        produce(kafka, topic, [{"value": (b"%06d-" % i) * 100 + rnd.randbytes(800),
+                                "key": b"k%d" % i, "partition": partition}
+                               for i in range(4_000)],
+                **{"compression.type": codec, "batch.size": 131_072, "linger.ms": 50})
+    fetcher = make_fetcher(max_partition_fetch_bytes=1_500_000, receive_ahead=receive_ahead,
+                           include_headers=True)
+    ours = by_partition(arrow_rows(list(fetcher.read_arrow(
+        [(topic, p, 0, 4_000) for p in range(2)]))))
+    for partition in range(2):
+        assert ours[partition] == confluent_rows(kafka, topic, partition, 0, 4_000)
+    if receive_ahead:
+        assert fetcher.metrics.received_ahead >= 1
+    else:
+        assert fetcher.metrics.received_ahead == 0
+
+
 def test_decode_threads_keep_the_decompression_cap(kafka: KafkaCluster,
                                                    topic_factory: Callable[..., str],
                                                    make_fetcher: FetcherFactory) -> None:

@@ -5,8 +5,9 @@ Not a test: a script that starts a single-node Kafka (the harness), writes one t
 whole with:
 
 - kafka_ds: ``Fetcher.read_arrow`` into Spark-schema Arrow batches (records/s into Arrow), with
-  the fetcher's defaults (``decode.threads`` included) unless ``--option`` sets one; each line
-  prints our CPU time per record (all threads) and the ``decode.threads`` in effect;
+  the fetcher's defaults (``decode.threads`` included) unless ``--option`` sets one (e.g.
+  ``--option receive.ahead=true``); each line prints our CPU time per record (all threads) and
+  the ``decode.threads`` and ``receive.ahead`` in effect;
 - confluent-kafka: a Python ``consume(num_messages=...)`` loop touching key, value, offset
   and timestamp of every message (librdkafka decodes in C; Python pays per message), with
   its fetch settings tuned (``CONFLUENT_TUNED``) and with its defaults: the ratio is taken
@@ -121,7 +122,8 @@ def _ours(cluster: KafkaCluster, topic: str, records: int, options: dict[str, st
                        decode=metrics.decode_ns / 1e9 / elapsed,
                        requests=metrics.fetch_requests,
                        cpu_ns_per_record=cpu / records * 1e9,
-                       decode_threads=fetcher.config.decode_threads)
+                       decode_threads=fetcher.config.decode_threads,
+                       receive_ahead=fetcher.config.receive_ahead)
     return records / elapsed
 
 
@@ -326,7 +328,8 @@ def _format(row: dict[str, Any]) -> str:
             f"M rec/s ({row['kafka_ds'] * row['value_bytes'] / 1e6:7.1f} MB/s;"
             f" wait {split['wait']:.0%} decode {split['decode']:.0%};"
             f" {split['cpu_ns_per_record']:.0f} ns CPU/rec;"
-            f" decode.threads={split['decode_threads']})")
+            f" decode.threads={split['decode_threads']}"
+            f" receive.ahead={str(split.get('receive_ahead', False)).lower()})")
     if "x_confluent" in row:
         text += (f" | confluent {row.get('confluent', 0) / 1e6:5.2f} tuned /"
                  f" {row.get('confluent_defaults', 0) / 1e6:4.2f} defaults M/s"

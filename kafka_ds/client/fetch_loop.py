@@ -50,7 +50,8 @@ errors that stop a read (no progress, a response that does not parse) is ``fetch
 Decoding (``chunk_decode``) runs in the calling thread, or with ``decode.threads`` in two
 steps for chunks of large zstd or gzip records: a small pool scans them (CRC, decompression)
 as responses arrive, and the calling thread finishes them (records, Arrow) in arrival order
-(``Chunk.decoding``).
+(``Chunk.decoding``). Otherwise, with ``receive.ahead``, a helper thread receives the response
+in flight while the calling thread decodes a large compressed chunk (``fetch_receive``).
 """
 
 from __future__ import annotations
@@ -72,11 +73,13 @@ from kafka_ds.client.chunk_decode import (
     decode_chunk,
     finish_chunk,
     scan_chunk,
+    worth_receiving_ahead,
     worth_scanning_ahead,
 )
 from kafka_ds.client.cluster import Cluster
 from kafka_ds.client.fetch_config import FetchConfig, FetchMetrics
 from kafka_ds.client.fetch_errors import stalled_error, undecodable_response
+from kafka_ds.client.fetch_receive import ReceiveAhead
 from kafka_ds.client.fetch_state import (
     BrokerFetch,
     Chunk,
@@ -146,6 +149,7 @@ class FetchLoop:
         # Responses a broker may have queued or decoding when its next request goes out.
         self._max_buffered = max(1, threads)
         self._responses = 0
+        self._receive_ahead = ReceiveAhead(self.client, self.clock, self._request_timeout_ms)
         self._ended = False  # a later read took the sessions over: this one must not resume
 
     # --- the driver ------------------------------------------------------------------------
@@ -187,6 +191,7 @@ class FetchLoop:
             queue.clear()
             if self._decoder is not None:
                 self._decoder.shutdown(wait=True, cancel_futures=True)
+            self._receive_ahead.close()
             self.end()
 
     def _take_head(self, head: Chunk) -> bool:
@@ -212,6 +217,13 @@ class FetchLoop:
             scanned, scan_ns = chunk.decoding.result()
             columns, elapsed_ns = finish_chunk(chunk, scanned, self.config)
             elapsed_ns += scan_ns
+        elif (self.config.receive_ahead and chunk.records is not None
+              and worth_receiving_ahead(chunk.records)):
+            in_flight = [node.in_flight[0] for node in self._nodes.values()
+                         if node.in_flight is not None]
+            with self._receive_ahead.during(in_flight) as receiving:
+                columns, elapsed_ns = decode_chunk(chunk, self.config, self.include_headers)
+            self.metrics.received_ahead += receiving
         else:
             columns, elapsed_ns = decode_chunk(chunk, self.config, self.include_headers)
         # The decoded columns are copies: let the response buffer go before the caller gets

@@ -164,3 +164,23 @@ def test_which_chunks_a_decode_thread_takes() -> None:
     legacy = bytearray(encode_batch(large, compression=Compression.ZSTD))
     legacy[16] = 1  # magic 1: the per-record path
     assert not worth_scanning_ahead(legacy)
+
+
+def test_which_chunks_a_helper_receives_during() -> None:
+    import random
+
+    from kafka_ds.client.chunk_decode import RECEIVE_AHEAD_MIN_BYTES, worth_receiving_ahead
+
+    rnd = random.Random(6)
+    records = [NewRecord(b"k", rnd.randbytes(1000)) for _ in range(1200)]  # ~1.2 MB
+    for codec in (Compression.LZ4, Compression.ZSTD, Compression.GZIP, Compression.SNAPPY):
+        batch = encode_batch(records, compression=codec)
+        assert len(batch) >= RECEIVE_AHEAD_MIN_BYTES
+        assert worth_receiving_ahead(batch), codec
+        # Too small a chunk: the hand-off would cost about what it saves.
+        assert not worth_receiving_ahead(encode_batch(records[:100], compression=codec))
+    # Uncompressed: decoding never releases the GIL for long, the helper would only wait.
+    assert not worth_receiving_ahead(encode_batch(records))
+    legacy = bytearray(encode_batch(records, compression=Compression.LZ4))
+    legacy[16] = 1  # magic 1: not a v2 batch
+    assert not worth_receiving_ahead(legacy)

@@ -21,6 +21,7 @@ def test_defaults_follow_the_java_consumer() -> None:
     assert config.isolation_level == IsolationLevel.READ_UNCOMMITTED
     assert config.check_crcs and config.fail_on_data_loss and not config.include_headers
     assert config.decode_threads == 0
+    assert not config.receive_ahead  # a helper thread only where asked for
 
 
 def test_java_names_are_read() -> None:
@@ -29,12 +30,14 @@ def test_java_names_are_read() -> None:
         "max.partition.fetch.bytes": "65536", "isolation.level": "READ_COMMITTED",
         "check.crcs": "false", "client.rack": "rack-a", "fail.on.data.loss": "false",
         "fetch.timeout.ms": "5000", "arrow.batch.rows": "1000", "include.headers": "true",
+        "receive.ahead": "true",
     })
     assert config.read_committed and config.client_rack == "rack-a"
     assert (config.fetch_min_bytes, config.fetch_max_bytes, config.fetch_max_wait_ms,
             config.max_partition_fetch_bytes) == (1024, 1_000_000, 50, 65_536)
     assert not config.check_crcs and not config.fail_on_data_loss and config.include_headers
     assert (config.fetch_timeout_ms, config.arrow_batch_rows) == (5000, 1000)
+    assert config.receive_ahead
     assert {"fetch.min.bytes", "isolation.level", "fail.on.data.loss"} <= FETCH_PROPERTIES
 
 
@@ -44,6 +47,7 @@ def test_java_names_are_read() -> None:
     ("max.partition.fetch.bytes", "3000000000", r"max\.partition\.fetch\.bytes must be"),
     ("isolation.level", "serializable", r"read_uncommitted or read_committed"),
     ("check.crcs", "perhaps", r"check\.crcs must be true or false"),
+    ("receive.ahead", "sometimes", r"receive\.ahead must be true or false"),
     ("fetch.max.wait.ms", "-1", r"fetch\.max\.wait\.ms must be at least 0"),
     ("decode.threads", "64", r"decode\.threads must be an integer between 0 and 8"),
 ])
