@@ -67,12 +67,13 @@ class MemoryTrace:
 
 @dataclass
 class Target:
-    """A goal: in every scenario of ``case`` whose name contains ``scenario_has``, the median
-    of ``ours`` is at least ``minimum`` x the best median among ``peers``."""
+    """A goal: in every scenario of ``case`` whose name contains ``scenario_has``, the best
+    median among ``ours`` (our settings, as ``peers`` may hold a peer's) is at least
+    ``minimum`` x the best median among ``peers``."""
 
     case: str
     scenario_has: str
-    ours: str
+    ours: tuple[str, ...]
     peers: tuple[str, ...]
     minimum: float
 
@@ -134,7 +135,7 @@ def _case_table(case: str, measurements: list[Measurement]) -> list[str]:
 
 
 def _target_lines(targets: list[Target], measurements: list[Measurement]) -> list[str]:
-    lines = ["| case | scenario | ours / best of | target | measured | met |",
+    lines = ["| case | scenario | best of ours / best of | target | measured | met |",
              "|---|---|---|---|---|---|"]
     for target in targets:
         rows = [m for m in measurements if m.case == target.case
@@ -142,10 +143,11 @@ def _target_lines(targets: list[Target], measurements: list[Measurement]) -> lis
         for scenario in dict.fromkeys(m.scenario for m in rows):
             by_connector = {m.connector: m for m in rows if m.scenario == scenario}
             peers = [by_connector[p].median for p in target.peers if p in by_connector]
-            if target.ours not in by_connector or not peers:
+            ours = [by_connector[o].median for o in target.ours if o in by_connector]
+            if not ours or not peers:
                 continue
-            ratio = by_connector[target.ours].median / max(peers)
-            lines.append(f"| {target.case} | {scenario} | {target.ours} / "
+            ratio = max(ours) / max(peers)
+            lines.append(f"| {target.case} | {scenario} | {', '.join(target.ours)} / "
                          f"{', '.join(target.peers)} | >= {target.minimum:.2f}x | "
                          f"{ratio:.2f}x | {'yes' if ratio >= target.minimum else 'NO'} |")
     return lines if len(lines) > 2 else []
