@@ -187,12 +187,12 @@ def test_kafka_python_reads_what_send_arrow_writes(
     assert [(m.key, m.value) for m in read] == list(zip(keys, values, strict=True))
 
 
-def test_large_lz4_batches_of_256_kib_blocks_are_read_by_other_clients(
+def test_large_lz4_batches_are_read_by_other_clients(
         kafka: KafkaCluster, topic_factory: Callable[..., str]) -> None:
-    # Batches as the Spark sink sends them (batch.size 512 KiB of 100 B records) compress
-    # into LZ4 frames of several 256 KiB blocks, where Java writes 64 KiB ones. The broker
-    # accepting them means Java's Lz4BlockInputStream decoded them (it validates every
-    # record of a compressed batch); librdkafka and kafka-python read them back here.
+    # Batches as the Spark sink sends them (batch.size 512 KiB of 100 B records): LZ4 frames
+    # of many 64 KiB blocks, framed by us around lz4.block. The broker accepting them means
+    # Java's Lz4BlockInputStream decoded them (it validates every record of a compressed
+    # batch); librdkafka and kafka-python read them back here.
     import hashlib
 
     from kafka import KafkaConsumer
@@ -208,7 +208,7 @@ def test_large_lz4_batches_of_256_kib_blocks_are_read_by_other_clients(
         producer.flush(60_000)
         assert future.result(10) == count
         metrics = producer.metrics()
-    # Compressed batches above one block, so each frame holds at least two 256 KiB blocks.
+    # Compressed batches of several 64 KiB blocks each.
     assert metrics["batch-size-avg"] > 256 * 1024, metrics
     assert [r.value for r in read_all(kafka.bootstrap(), topic, expect=count)] == values
     consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap(), auto_offset_reset="earliest",

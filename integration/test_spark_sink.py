@@ -191,9 +191,9 @@ def test_keyed_rows_land_where_the_jvm_sink_puts_them(
 
 def test_large_lz4_batches_are_read_by_the_jvm_connector(
         session: Any, kafka: KafkaCluster, topic_factory: Callable[..., str]) -> None:
-    # The sink's default batch.size (512 KiB) makes LZ4 frames of several 256 KiB blocks
-    # (Java writes 64 KiB ones): the JVM connector's consumer (Java's Lz4BlockInputStream)
-    # must read them back as written.
+    # The sink's default batch.size (512 KiB) makes LZ4 frames of many 64 KiB blocks, framed
+    # by us around lz4.block: the JVM connector's consumer (Java's Lz4BlockInputStream) must
+    # read them back as written.
     from chispa import assert_df_equality
 
     topic = topic_factory(partitions=2)

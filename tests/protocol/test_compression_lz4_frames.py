@@ -1,15 +1,15 @@
 """The LZ4 frames we write, checked field by field against the frame format and read back by
 outside decoders (python-lz4's block and frame APIs, kafka-python's record batch reader).
 
-Our frames use 256 KiB blocks where Java's producer uses 64 KiB ones (see
-``compression._compress_lz4``): these tests pin that layout and that readers other than ours
-take it. The header checksum is recomputed with a test-only xxHash32 (``record_samples``),
-not with the library that wrote it.
+We frame blocks ourselves (``compression._compress_lz4``) in Java's layout: independent 64 KiB
+blocks, no checksums, no content size. The header checksum is recomputed with a test-only
+xxHash32 (``record_samples``), not taken from the code under test.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import struct
 
@@ -25,7 +25,8 @@ from kafka_ds.protocol.record_builder import assemble_batch, batch_attributes
 
 LZ4_MAGIC = 0x184D2204
 FLG_VERSION_01_INDEPENDENT = 0x60  # version 01, independent blocks, no checksums, no size
-BD_64_KIB, BD_256_KIB = 0x40, 0x50
+BD_64_KIB = 0x40
+BLOCK_BYTES = 64 * 1024
 UNCOMPRESSED_BLOCK = 0x80000000
 BASE_MS = 1_800_000_000_000
 
@@ -73,27 +74,58 @@ def _walk(frame: bytes) -> tuple[int, int, list[tuple[bool, bytes]]]:
 
 @pytest.mark.parametrize("values", [_hex_values(10_000), _json_values(10_000)],
                          ids=["hex", "json"])
-def test_a_large_section_is_one_frame_of_independent_256_kib_blocks(values: list[bytes]) -> None:
+@pytest.mark.parametrize("level", [None, 1, 9])
+def test_a_large_section_is_one_frame_of_independent_64_kib_blocks(
+        values: list[bytes], level: int | None) -> None:
     section = encode_section(values, [BASE_MS] * len(values))
-    assert len(section) > 3 * 256 * 1024  # several blocks
-    frame = compress(Compression.LZ4, section)
+    assert len(section) > 3 * BLOCK_BYTES  # several blocks
+    frame = compress(Compression.LZ4, section, level)
     flg, bd, blocks = _walk(frame)
-    assert (flg, bd) == (FLG_VERSION_01_INDEPENDENT, BD_256_KIB)
-    # Each block decodes on its own (independent), to at most 256 KiB, in order.
-    decoded = [lz4.block.decompress(block, uncompressed_size=256 * 1024) if compressed
-               else block for compressed, block in blocks]
-    assert all(len(piece) == 256 * 1024 for piece in decoded[:-1])
+    assert (flg, bd) == (FLG_VERSION_01_INDEPENDENT, BD_64_KIB)
+    assert all(compressed for compressed, _ in blocks)
+    # Each block decodes on its own (independent), to 64 KiB except the last, in order.
+    decoded = [lz4.block.decompress(block, uncompressed_size=BLOCK_BYTES)
+               for _, block in blocks]
+    assert all(len(piece) == BLOCK_BYTES for piece in decoded[:-1])
     assert b"".join(decoded) == section
     assert lz4.frame.decompress(frame) == section
 
 
-def test_a_small_section_keeps_64_kib_blocks() -> None:
-    section = encode_section(_hex_values(500), [BASE_MS] * 500)
-    assert len(section) < 64 * 1024
-    frame = compress(Compression.LZ4, section)
+def test_lz4_levels_as_liblz4_reads_them() -> None:
+    # Fast mode by default and below 3 (the blocks liblz4's own block compressor makes at
+    # acceleration 1), LZ4HC from 3 (smaller), more acceleration below 0.
+    section = encode_section(_json_values(2000), [BASE_MS] * 2000)
+    chunks = [section[start:start + BLOCK_BYTES]
+              for start in range(0, len(section), BLOCK_BYTES)]
+    fast = [lz4.block.compress(chunk, store_size=False) for chunk in chunks]
+    for level in (None, 0, 1, 2):
+        assert [block for _, block in _walk(compress(Compression.LZ4, section, level))[2]] \
+            == fast
+    high = compress(Compression.LZ4, section, 9)
+    assert len(high) < sum(map(len, fast)) and lz4.frame.decompress(high) == section
+    assert lz4.frame.decompress(compress(Compression.LZ4, section, -8)) == section
+
+
+@pytest.mark.parametrize("size", [0, 1, BLOCK_BYTES - 1, BLOCK_BYTES, BLOCK_BYTES + 1,
+                                  3 * BLOCK_BYTES + 17])
+def test_incompressible_blocks_are_stored_as_is(size: int) -> None:
+    data = os.urandom(size)
+    frame = compress(Compression.LZ4, data)
     flg, bd, blocks = _walk(frame)
     assert (flg, bd) == (FLG_VERSION_01_INDEPENDENT, BD_64_KIB)
-    assert len(blocks) == 1 and lz4.frame.decompress(frame) == section
+    assert [compressed for compressed, _ in blocks] == [False] * len(blocks)
+    assert [len(block) for _, block in blocks] == [
+        min(BLOCK_BYTES, size - start) for start in range(0, size, BLOCK_BYTES)]
+    assert b"".join(block for _, block in blocks) == data
+    assert lz4.frame.decompress(frame) == data
+
+
+def test_a_frame_mixes_stored_and_compressed_blocks() -> None:
+    text = (b"kafka " * BLOCK_BYTES)[:BLOCK_BYTES]
+    data = text + os.urandom(BLOCK_BYTES) + text + text[:1000]
+    frame = compress(Compression.LZ4, data)
+    assert [compressed for compressed, _ in _walk(frame)[2]] == [True, False, True, True]
+    assert lz4.frame.decompress(frame) == data
 
 
 def test_kafka_python_reads_a_large_lz4_batch() -> None:
@@ -105,7 +137,8 @@ def test_kafka_python_reads_a_large_lz4_batch() -> None:
         record_count=len(values), last_offset_delta=len(values) - 1, base_offset=0,
         base_timestamp_ms=timestamps[0], max_timestamp_ms=timestamps[-1], producer_id=7,
         producer_epoch=1, base_sequence=0)
-    assert encoded[61 + 5] == BD_256_KIB  # the frame starts right after the batch header
+    # The frame starts right after the 61-byte batch header.
+    assert encoded[61 + 4:61 + 6] == bytes([FLG_VERSION_01_INDEPENDENT, BD_64_KIB])
     batch = DefaultRecordBatch(encoded)
     assert batch.validate_crc()
     assert batch.compression_type == Compression.LZ4 and batch.is_transactional
