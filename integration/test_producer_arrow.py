@@ -185,3 +185,39 @@ def test_kafka_python_reads_what_send_arrow_writes(
             read.extend(batch)
     consumer.close()
     assert [(m.key, m.value) for m in read] == list(zip(keys, values, strict=True))
+
+
+def test_large_lz4_batches_are_read_by_other_clients(
+        kafka: KafkaCluster, topic_factory: Callable[..., str]) -> None:
+    # Batches as the Spark sink sends them (batch.size 512 KiB of 100 B records): LZ4 frames
+    # of many 64 KiB blocks, framed by us around lz4.block. The broker accepting them means
+    # Java's Lz4BlockInputStream decoded them (it validates every record of a compressed
+    # batch); librdkafka and kafka-python read them back here.
+    import hashlib
+
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KpTopicPartition
+
+    topic = topic_factory(partitions=1)
+    count = 40_000
+    values = [(b"%012d" % i + hashlib.sha256(b"%d" % (i % 4096)).hexdigest().encode() * 2)
+              [:50 + i % 101] for i in range(count)]
+    with Producer({"bootstrap.servers": kafka.bootstrap(), "compression.type": "lz4",
+                   "batch.size": "524288", "linger.ms": "50"}) as producer:
+        future = producer.send_arrow(topic, pa.array(values, pa.binary()))
+        producer.flush(60_000)
+        assert future.result(10) == count
+        metrics = producer.metrics()
+    # Compressed batches of several 64 KiB blocks each.
+    assert metrics["batch-size-avg"] > 256 * 1024, metrics
+    assert [r.value for r in read_all(kafka.bootstrap(), topic, expect=count)] == values
+    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap(), auto_offset_reset="earliest",
+                             fetch_max_bytes=8 << 20, max_partition_fetch_bytes=8 << 20)
+    consumer.assign([KpTopicPartition(topic, 0)])
+    read: list = []
+    deadline = time.monotonic() + 60
+    while len(read) < count and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=500).values():
+            read.extend(batch)
+    consumer.close()
+    assert [m.value for m in read] == values

@@ -189,6 +189,24 @@ def test_keyed_rows_land_where_the_jvm_sink_puts_them(
     assert_df_equality(jvm, ours, ignore_row_order=True)
 
 
+def test_large_lz4_batches_are_read_by_the_jvm_connector(
+        session: Any, kafka: KafkaCluster, topic_factory: Callable[..., str]) -> None:
+    # The sink's default batch.size (512 KiB) makes LZ4 frames of many 64 KiB blocks, framed
+    # by us around lz4.block: the JVM connector's consumer (Java's Lz4BlockInputStream) must
+    # read them back as written.
+    from chispa import assert_df_equality
+
+    topic = topic_factory(partitions=2)
+    df = session.range(0, 60_000, 1, 2).selectExpr(
+        "CAST(substr(concat(lpad(CAST(id AS STRING), 12, '0'), repeat(sha2(CAST(id % 4096 AS "
+        "STRING), 256), 2)), 1, 50 + CAST(id % 101 AS INT)) AS BINARY) AS value")
+    _write(df, kafka.bootstrap(), topic=topic, **{"kafka.compression.type": "lz4"})
+    read = (session.read.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap())
+            .option("subscribe", topic).option("kafka.isolation.level", "read_committed")
+            .load().select("value"))
+    assert_df_equality(df, read, ignore_row_order=True)
+
+
 @pytest.mark.parametrize("codec", CODECS)
 def test_streaming_copy_keeps_every_record_in_place(
         session: Any, kafka: KafkaCluster, topic_factory: Callable[..., str],

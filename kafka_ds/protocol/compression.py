@@ -116,21 +116,56 @@ def compress(codec: Compression | int, data: Buffer, level: int | None = None) -
         if codec is Compression.SNAPPY:
             return _compress_snappy_xerial(data)
         if codec is Compression.LZ4:
-            import lz4.frame
-
-            # Independent blocks and no content size: what Java's KafkaLZ4BlockOutputStream
-            # writes, and what every Kafka reader accepts.
-            return lz4.frame.compress(
-                data,
-                compression_level=0 if level is None else level,
-                block_linked=False,
-                store_size=False,
-            )
+            return _compress_lz4(data, 0 if level is None else level)
         return _compress_zstd(data, 3 if level is None else level)
     except EncodeError:
         raise
     except Exception as exc:  # the codec libraries raise their own types
         raise EncodeError(f"{codec.name} compression failed: {exc}") from exc
+
+
+def _compress_lz4(data: Buffer, level: int) -> bytes:
+    """One LZ4 frame as Java's ``Lz4BlockOutputStream`` writes it: independent blocks of up
+    to 64 KiB, no content size, no checksums; a block that does not shrink is stored as is.
+
+    We frame the blocks ourselves around ``lz4.block`` rather than call ``lz4.frame``:
+    liblz4's frame compressor spends up to 1.7x the CPU per byte on the 64 KiB blocks after a
+    frame's first, where compressing each block on its own does not. Measured on one thread,
+    per record of a 1 MB records section: 100 B hex ids and hashes 138 ns (frame) vs 82
+    (ours), 100 B JSON-like text 113 vs 111, 1 KB JSON-like text 623 vs 435, 1 KB repetitive
+    text 145 vs 135. (256 KiB frame blocks fix the first and third but cost 1 KB repetitive
+    text 215 ns.) ``lz4.block`` releases the GIL while it compresses, as ``lz4.frame`` does.
+    """
+    import lz4.block
+
+    # Levels as liblz4's frame API reads them: below 0 fast mode with acceleration 1 - level,
+    # 0-2 fast mode, 3 and up LZ4HC at that level.
+    if level >= _LZ4HC_MIN_LEVEL:
+        options: dict[str, Any] = {"mode": "high_compression", "compression": level}
+    elif level < 0:
+        options = {"mode": "fast", "acceleration": 1 - level}
+    else:
+        options = {"mode": "default"}
+    view = memoryview(data).cast("B")
+    parts: list[Buffer] = [_LZ4_FRAME_HEADER]
+    for start in range(0, len(view), _LZ4_WRITE_BLOCK_BYTES):
+        block = view[start:start + _LZ4_WRITE_BLOCK_BYTES]
+        packed = lz4.block.compress(block, store_size=False, **options)
+        if len(packed) < len(block):
+            parts += (_UINT32_LE.pack(len(packed)), packed)
+        else:
+            parts += (_UINT32_LE.pack(len(block) | _LZ4_UNCOMPRESSED_BLOCK), block)
+    parts.append(_LZ4_END_MARK)
+    return b"".join(parts)
+
+
+# The frame header we write: magic, FLG 0x60 (version 01, independent blocks, no block or
+# content checksum, no content size), BD 0x40 (64 KiB blocks), and the header checksum
+# (xxHash32 of FLG and BD, second byte). Tests recompute it.
+_LZ4_FRAME_HEADER = b"\x04\x22\x4d\x18\x60\x40\x82"
+_LZ4_WRITE_BLOCK_BYTES = 64 * 1024
+_LZ4_END_MARK = b"\x00\x00\x00\x00"
+_LZ4HC_MIN_LEVEL = 3  # liblz4's LZ4HC_CLEVEL_MIN: levels below are fast mode
 
 
 def _compress_zstd(data: Buffer, level: int) -> bytes:

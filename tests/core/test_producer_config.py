@@ -64,3 +64,17 @@ def test_secrets_stay_out_of_repr() -> None:
         "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
                             'username="u" password="hunter2";'})
     assert "hunter2" not in repr(config)
+
+
+def test_lz4_level_9_is_fast_mode_as_in_java() -> None:
+    # Java's Lz4BlockOutputStream: its default level (9) picks lz4's fast compressor, any other
+    # level LZ4HC. Our levels go to liblz4, where 9 would be LZ4HC 9 (14-19x the CPU).
+    from kafka_ds.protocol.compression import compress
+
+    fast = _config(compression_type="lz4", compression_lz4_level="9")
+    high = _config(compression_type="lz4", compression_lz4_level="10")
+    assert (fast.compression_level, high.compression_level) == (None, 10)
+    data = b"".join(b"%d-%x;" % (i, i * 2654435761 % 2**32) for i in range(20_000))
+    default_frame = compress(Compression.LZ4, data)
+    assert compress(Compression.LZ4, data, fast.compression_level) == default_frame
+    assert len(compress(Compression.LZ4, data, high.compression_level)) < len(default_frame)
