@@ -9,8 +9,8 @@ A script, not a test (``make bench-sink``)::
 Without ``--bootstrap`` it starts a one-node harness broker. The session runs Spark's Python
 workers over Unix domain sockets (``spark_settings``; ``--tcp-python-sockets`` for TCP). The
 input is a cached DataFrame of ``--partitions`` partitions (local[2], as the harness session)
-whose ``value`` is ``size`` bytes: a row number, then hex digits of a hash (compressible about
-2x, as text is). Each scenario (value size x codec) writes it, ``--runs`` times and
+whose ``value`` is ``size`` bytes on average (from half to one and a half times ``size``): a
+row number, then hex digits of a hash (compressible about 2x, as text is). Each scenario (value size x codec) writes it, ``--runs`` times and
 alternating, with:
 
 - ``jvm``: ``format("kafka")``, Spark's own sink (at-least-once: it has nothing else);
@@ -82,11 +82,13 @@ def _noop_source() -> Any:
 
 
 def _input(spark: Any, rows: int, size: int, partitions: int) -> Any:
-    hashes = max(1, (size + 63) // 64)
+    # Lengths vary uniformly from half to one and a half times ``size`` (as in the other
+    # benchmarks): values of one length would measure an encoder's shortcut for equal widths.
+    hashes = (size * 3 // 2 + 12 + 63) // 64
     df = spark.range(0, rows, 1, partitions).selectExpr(
         f"CAST(substr(concat(lpad(CAST(id AS STRING), 12, '0'), "
-        f"repeat(sha2(CAST(id % 4096 AS STRING), 256), {hashes})), 1, {size}) AS BINARY) "
-        "AS value")
+        f"repeat(sha2(CAST(id % 4096 AS STRING), 256), {hashes})), 1, "
+        f"{size // 2} + CAST(pmod(xxhash64(id), {size + 1}) AS INT)) AS BINARY) AS value")
     df = df.cache()
     assert df.count() == rows
     return df
