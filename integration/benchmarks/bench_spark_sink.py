@@ -10,8 +10,8 @@ Without ``--bootstrap`` it starts a one-node harness broker. The session runs Sp
 workers over Unix domain sockets (``spark_settings``; ``--tcp-python-sockets`` for TCP). The
 input is a cached DataFrame of ``--partitions`` partitions (local[2], as the harness session)
 whose ``value`` is ``size`` bytes on average (from half to one and a half times ``size``): a
-row number, then hex digits of a hash (compressible about 2x, as text is). Each scenario (value size x codec) writes it, ``--runs`` times and
-alternating, with:
+row number, then hex digits of a hash (compressible about 2x, as text is). Each scenario
+(value size x codec) writes it, ``--runs`` times and alternating, with:
 
 - ``jvm``: ``format("kafka")``, Spark's own sink (at-least-once: it has nothing else);
 - ``eos``: ``format("pykafka")``, exactly-once (the default);
