@@ -187,23 +187,39 @@ def test_compressed_topics_read_like_librdkafka(kafka: KafkaCluster,
                                                 decode_threads: int) -> None:
     """Batches compressed by librdkafka's codecs, read in every decode mode (the pool scans and
     decompresses chunks ahead while the calling thread finishes earlier ones)."""
-    topic = topic_factory(partitions=2)
-    rnd = random.Random(codec)
-    for partition in range(2):
-        # Half text that compresses, half random bytes that do not (lz4 stores such blocks
-        # uncompressed): about 1.2 MB per partition.
-        produce(kafka, topic, [{"value": (b"%06d-" % i) * (10 + i % 50) + rnd.randbytes(300),
-                                "key": b"k%d" % i, "partition": partition}
-                               for i in range(2_000)],
-                **{"compression.type": codec, "batch.size": 65_536, "linger.ms": 50})
+    # Half text that compresses, half random bytes that do not (lz4 stores such blocks
+    # uncompressed): about 1.2 MB per partition.
+    topic = _half_random_topic(kafka, topic_factory, codec, 2_000, lambda i: 10 + i % 50, 300,
+                               batch_bytes=65_536)
     # Small fetches: many responses, so that several chunks are scanned ahead at once.
     fetcher = make_fetcher(max_partition_fetch_bytes=65_536, decode_threads=decode_threads,
                            include_headers=True)
-    ours = by_partition(arrow_rows(list(fetcher.read_arrow(
-        [(topic, p, 0, 2_000) for p in range(2)]))))
-    for partition in range(2):
-        assert ours[partition] == confluent_rows(kafka, topic, partition, 0, 2_000)
+    _assert_reads_like_librdkafka(kafka, fetcher, topic, 2_000)
     assert fetcher.metrics.fetch_requests >= 6
+
+
+def _half_random_topic(kafka: KafkaCluster, topic_factory: Callable[..., str], codec: str,
+                       records: int, text_repeats: Callable[[int], int], random_bytes: int,
+                       batch_bytes: int) -> str:
+    """A 2-partition topic written by librdkafka with ``codec``: ``records`` per partition,
+    each value a repeated text part then ``random_bytes`` random ones."""
+    topic = topic_factory(partitions=2)
+    rnd = random.Random(codec)
+    for partition in range(2):
+        produce(kafka, topic, [{"value": (b"%06d-" % i) * text_repeats(i)
+                                + rnd.randbytes(random_bytes),
+                                "key": b"k%d" % i, "partition": partition}
+                               for i in range(records)],
+                **{"compression.type": codec, "batch.size": batch_bytes, "linger.ms": 50})
+    return topic
+
+
+def _assert_reads_like_librdkafka(kafka: KafkaCluster, fetcher: Fetcher, topic: str,
+                                  records: int) -> None:
+    ours = by_partition(arrow_rows(list(fetcher.read_arrow(
+        [(topic, p, 0, records) for p in range(2)]))))
+    for partition in range(2):
+        assert ours[partition] == confluent_rows(kafka, topic, partition, 0, records)
 
 
 @pytest.mark.parametrize("receive_ahead", [True, False])
@@ -215,21 +231,13 @@ def test_receiving_ahead_reads_like_librdkafka(kafka: KafkaCluster,
     """Chunks of 1 MiB and more are decoded while a helper thread receives the next response
     (``receive.ahead``): the rows are librdkafka's either way, and the helper did run
     (counted per fetcher) only where it is on."""
-    topic = topic_factory(partitions=2)
-    rnd = random.Random(codec)
-    for partition in range(2):
-        # 1.5 KB values, half text, half random bytes: about 3-4 MB per partition compressed
-        # (librdkafka writes a batch uncompressed when the codec would not shrink it).
-        produce(kafka, topic, [{"value": (b"%06d-" % i) * 100 + rnd.randbytes(800),
-                                "key": b"k%d" % i, "partition": partition}
-                               for i in range(4_000)],
-                **{"compression.type": codec, "batch.size": 131_072, "linger.ms": 50})
+    # 1.5 KB values, half text, half random bytes: about 3-4 MB per partition compressed
+    # (librdkafka writes a batch uncompressed when the codec would not shrink it).
+    topic = _half_random_topic(kafka, topic_factory, codec, 4_000, lambda i: 100, 800,
+                               batch_bytes=131_072)
     fetcher = make_fetcher(max_partition_fetch_bytes=1_500_000, receive_ahead=receive_ahead,
                            include_headers=True)
-    ours = by_partition(arrow_rows(list(fetcher.read_arrow(
-        [(topic, p, 0, 4_000) for p in range(2)]))))
-    for partition in range(2):
-        assert ours[partition] == confluent_rows(kafka, topic, partition, 0, 4_000)
+    _assert_reads_like_librdkafka(kafka, fetcher, topic, 4_000)
     if receive_ahead:
         assert fetcher.metrics.received_ahead >= 1
     else:

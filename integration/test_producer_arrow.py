@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -162,9 +163,6 @@ def test_broker_errors_for_many_records_are_summarised(
 def test_kafka_python_reads_what_send_arrow_writes(
         kafka: KafkaCluster, topic_factory: Callable[..., str], codec: str) -> None:
     # A second independent reader; small batches, so one encoder pass cuts many of them.
-    from kafka import KafkaConsumer
-    from kafka import TopicPartition as KpTopicPartition
-
     topic = topic_factory(partitions=1)
     count = 3000
     keys = [None if i % 7 == 3 else f"key-{i}".encode() for i in range(count)]
@@ -176,15 +174,26 @@ def test_kafka_python_reads_what_send_arrow_writes(
                                      pa.array(keys, pa.binary()))
         producer.flush(30_000)
         assert future.result(10) == count
-    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap(), auto_offset_reset="earliest")
+    read = _kafka_python_read(kafka.bootstrap(), topic, count)
+    assert [(m.key, m.value) for m in read] == list(zip(keys, values, strict=True))
+
+
+def _kafka_python_read(bootstrap: str, topic: str, count: int, **config: Any) -> list[Any]:
+    """Partition 0 of ``topic`` as kafka-python reads it from the start, until ``count``
+    records came (or 60 s passed)."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KpTopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             **config)
     consumer.assign([KpTopicPartition(topic, 0)])
-    read: list = []
+    read: list[Any] = []
     deadline = time.monotonic() + 60
     while len(read) < count and time.monotonic() < deadline:
         for batch in consumer.poll(timeout_ms=500).values():
             read.extend(batch)
     consumer.close()
-    assert [(m.key, m.value) for m in read] == list(zip(keys, values, strict=True))
+    return read
 
 
 def test_large_lz4_batches_are_read_by_other_clients(
@@ -194,9 +203,6 @@ def test_large_lz4_batches_are_read_by_other_clients(
     # Java's Lz4BlockInputStream decoded them (it validates every record of a compressed
     # batch); librdkafka and kafka-python read them back here.
     import hashlib
-
-    from kafka import KafkaConsumer
-    from kafka import TopicPartition as KpTopicPartition
 
     topic = topic_factory(partitions=1)
     count = 40_000
@@ -211,13 +217,6 @@ def test_large_lz4_batches_are_read_by_other_clients(
     # Compressed batches of several 64 KiB blocks each.
     assert metrics["batch-size-avg"] > 256 * 1024, metrics
     assert [r.value for r in read_all(kafka.bootstrap(), topic, expect=count)] == values
-    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap(), auto_offset_reset="earliest",
-                             fetch_max_bytes=8 << 20, max_partition_fetch_bytes=8 << 20)
-    consumer.assign([KpTopicPartition(topic, 0)])
-    read: list = []
-    deadline = time.monotonic() + 60
-    while len(read) < count and time.monotonic() < deadline:
-        for batch in consumer.poll(timeout_ms=500).values():
-            read.extend(batch)
-    consumer.close()
+    read = _kafka_python_read(kafka.bootstrap(), topic, count, fetch_max_bytes=8 << 20,
+                              max_partition_fetch_bytes=8 << 20)
     assert [m.value for m in read] == values

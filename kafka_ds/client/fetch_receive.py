@@ -21,15 +21,24 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
+from kafka_ds.net.clock import Clock
 from kafka_ds.net.future import RequestFuture
+
+
+class Polled(Protocol):
+    """What the helper uses of the network client (``net.pool.NetworkClient``)."""
+
+    def poll(self, timeout_ms: int) -> None: ...
+
+    def wakeup(self) -> None: ...
 
 
 class ReceiveAhead:
     """The helper thread of one read (created on first use; ``close`` ends it)."""
 
-    def __init__(self, client: Any, clock: Any, timeout_ms: int) -> None:
+    def __init__(self, client: Polled, clock: Clock, timeout_ms: int) -> None:
         self._client = client
         self._clock = clock
         self._timeout_ms = timeout_ms

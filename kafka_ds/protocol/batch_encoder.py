@@ -110,7 +110,7 @@ def _encode_table(values: Sequence[bytes | None], timestamps: Sequence[int],
 
 
 def _encode_table_runs(values: Sequence[bytes], timestamps: Sequence[int],
-                          keys: Sequence[bytes] | None = None) -> bytes:
+                       keys: Sequence[bytes] | None = None) -> bytes:
     """The hot shape (no nulls, no headers; no keys, or a key on every record); raises on
     anything else.
 
