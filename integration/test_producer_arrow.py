@@ -220,3 +220,21 @@ def test_large_lz4_batches_are_read_by_other_clients(
     read = _kafka_python_read(kafka.bootstrap(), topic, count, fetch_max_bytes=8 << 20,
                               max_partition_fetch_bytes=8 << 20)
     assert [m.value for m in read] == values
+
+
+def test_unkeyed_records_fill_their_batches(kafka: KafkaCluster,
+                                            topic_factory: Callable[..., str]) -> None:
+    # The sticky partition's run ends before the record that would not fit in the batch:
+    # when it ended after it, every run made a full batch and a spill of one record, and
+    # batches held half of batch.size on average (twice the batches for the broker).
+    topic = topic_factory(partitions=4)
+    batch_size = 20_000
+    values = pa.array([b"%012d" % i + b"v" * (i % 101) for i in range(20_000)])  # 12-112 B
+    with Producer({"bootstrap.servers": kafka.bootstrap(),
+                   "batch.size": str(batch_size)}) as producer:
+        future = producer.send_arrow(topic, values)
+        producer.flush(30_000)
+        assert future.result(10) == 20_000
+        metrics = producer.metrics()
+    assert metrics["batch-size-avg"] >= 0.75 * batch_size, metrics
+    assert len(read_all(kafka.bootstrap(), topic, expect=20_000)) == 20_000

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import itertools
 import json
 import os
 import re
@@ -81,14 +82,17 @@ def _noop_source() -> Any:
     return NoopSource
 
 
-def _input(spark: Any, rows: int, size: int, partitions: int) -> Any:
+def _input(spark: Any, rows: int, size: int, partitions: int, lengths: str = "varied") -> Any:
     # Lengths vary uniformly from half to one and a half times ``size`` (as in the other
     # benchmarks): values of one length would measure an encoder's shortcut for equal widths.
+    # ``lengths="fixed"``: every value ``size`` bytes, to compare the two.
     hashes = (size * 3 // 2 + 12 + 63) // 64
+    length = (str(size) if lengths == "fixed"
+              else f"{size // 2} + CAST(pmod(xxhash64(id), {size + 1}) AS INT)")
     df = spark.range(0, rows, 1, partitions).selectExpr(
         f"CAST(substr(concat(lpad(CAST(id AS STRING), 12, '0'), "
         f"repeat(sha2(CAST(id % 4096 AS STRING), 256), {hashes})), 1, "
-        f"{size // 2} + CAST(pmod(xxhash64(id), {size + 1}) AS INT)) AS BINARY) AS value")
+        f"{length}) AS BINARY) AS value")
     df = df.cache()
     assert df.count() == rows
     return df
@@ -172,17 +176,24 @@ def _batch_write_phases(log: Path | None, since: int) -> dict[str, float]:
 
 def _scenario(spark: Any, admin: Any, meter: CpuMeter, bootstrap: str, rows: int, size: int,
               codec: str, partitions: int, runs: int, spy: Any = None,
-              log: Path | None = None) -> dict[str, Any]:
-    df = _input(spark, rows, size, partitions)
+              log: Path | None = None, lengths: str = "varied",
+              writers: list[str] = WRITERS, full_warm_up: bool = False) -> dict[str, Any]:
+    df = _input(spark, rows, size, partitions, lengths)
     topic = f"bench-sink-{size}-{codec}-{uuid.uuid4().hex[:6]}"
     admin.create_topic(topic, partitions)
-    rates: dict[str, list[float]] = {writer: [] for writer in WRITERS}
-    cpu: dict[str, list[dict[str, float]]] = {writer: [] for writer in WRITERS}
+    rates: dict[str, list[float]] = {writer: [] for writer in writers}
+    cpu: dict[str, list[dict[str, float]]] = {writer: [] for writer in writers}
     timelines: list[dict[str, float]] = []
-    for writer in ("eos", "jvm"):  # warm up both paths
-        _write(writer, warm_input(df, partitions), bootstrap, topic, codec)
+    # Warm up every path. The first scenario of a run writes its whole input once per writer:
+    # the broker's and Spark's JITs compile their hot paths over the first million rows or
+    # so, and a cold first scenario measured every writer (the JVM sink most) at up to twice
+    # the CPU per row of the next ones (2026-11-24, 100 B: broker 1.2-1.4 against 0.45 us
+    # per row for the JVM sink's writes). Later scenarios warm up with a few rows per task.
+    for writer in writers:
+        _write(writer, df if full_warm_up else warm_input(df, partitions), bootstrap, topic,
+               codec)
     for run in range(runs):
-        for writer in WRITERS:
+        for writer in writers:
             if spy is not None and writer == "eos":
                 spy.start(f"eos-{size}-{codec}-{run}")
             log_bytes = log.stat().st_size if log is not None and log.exists() else 0
@@ -299,6 +310,10 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1024])
     parser.add_argument("--codecs", nargs="+", default=["none", "lz4"])
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--lengths", nargs="+", default=["varied"], choices=["varied", "fixed"],
+                        help="values of varying length (half to 1.5x the size; the default) "
+                             "and/or of one length: a scenario for each")
+    parser.add_argument("--writers", nargs="+", default=WRITERS, choices=WRITERS)
     parser.add_argument("--commit-batches", type=int, default=20)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--py-spy", type=Path, default=None,
@@ -350,9 +365,11 @@ def main() -> int:
                 spy = PySpy(args.py_spy, cpu_meter.CpuMeter(broker))
             for size in args.sizes:
                 rows = args.rows if size <= 100 else max(args.rows // 4, 1)
-                for codec in args.codecs:
+                for codec, lengths in itertools.product(args.codecs, args.lengths):
                     medians = _scenario(spark, admin, meter, bootstrap, rows, size, codec,
-                                        args.partitions, args.runs, spy, log)
+                                        args.partitions, args.runs, spy, log, lengths,
+                                        args.writers, full_warm_up=not results)
+                    medians["lengths"] = lengths
                     results.append((size, codec, rows, medians))
                     _print_row(size, codec, rows, medians)
                     if spy is not None:
@@ -377,24 +394,28 @@ def main() -> int:
 
 
 def _print_row(size: int, codec: str, rows: int, medians: dict[str, Any]) -> None:
-    jvm = medians["jvm"]
-    print(f"{size:>5} B {codec:>5} {rows:>8} rows | jvm {jvm / 1e6:5.2f} M/s | eos "
-          f"{medians['eos'] / 1e6:5.2f} M/s ({medians['eos'] / jvm:4.2f}x) | alo "
-          f"{medians['alo'] / 1e6:5.2f} M/s ({medians['alo'] / jvm:4.2f}x) | noop "
-          f"{medians['noop'] / 1e6:5.2f} M/s", flush=True)
     cpu = medians["cpu_us_per_row"]
+    writers = [writer for writer in WRITERS if writer in cpu]
+    jvm = medians.get("jvm")
+    print(f"{size:>5} B {codec:>5} {medians.get('lengths', 'varied'):>6} {rows:>8} rows | "
+          + " | ".join(f"{writer} {medians[writer] / 1e6:5.2f} M/s"
+                       + (f" ({medians[writer] / jvm:4.2f}x)"
+                          if jvm and writer in ("eos", "alo") else "")
+                       for writer in writers), flush=True)
     print("        CPU us/row (broker / Spark JVM / Python workers): " + " | ".join(
         f"{writer} {cpu[writer]['broker']:.2f} / {cpu[writer]['jvm']:.2f} / "
-        f"{cpu[writer]['python']:.2f}" for writer in WRITERS), flush=True)
-    # When the cores are the limit, rates go as 1 / CPU per row. Even a sink whose own work
-    # cost nothing would pay Spark's JVM -> Arrow -> Python path (noop) and the broker.
-    totals = {writer: sum(cpu[writer].values()) for writer in WRITERS}
-    floor = totals["noop"] + cpu["eos"]["broker"]
+        f"{cpu[writer]['python']:.2f}" for writer in writers), flush=True)
     phases = medians.get("eos_phases_ms")
     if phases:  # the slowest task's phases, then the driver's commit (sink_task, sink_commit)
         print("        eos timeline (median ms; slowest task by phase, then the driver's "
               "commit): " + ", ".join(f"{name} {ms:.0f}" for name, ms in phases.items()),
               flush=True)
+    if not {"jvm", "eos", "noop"} <= set(writers):
+        return
+    # When the cores are the limit, rates go as 1 / CPU per row. Even a sink whose own work
+    # cost nothing would pay Spark's JVM -> Arrow -> Python path (noop) and the broker.
+    totals = {writer: sum(cpu[writer].values()) for writer in writers}
+    floor = totals["noop"] + cpu["eos"]["broker"]
     print(f"        CPU us/row in all: jvm {totals['jvm']:.2f} | eos {totals['eos']:.2f} "
           f"(jvm/eos {totals['jvm'] / totals['eos']:.2f}x) | ceiling if the sink's own work "
           f"were free (noop + broker): {totals['jvm'] / floor:.2f}x", flush=True)

@@ -403,10 +403,10 @@ class Producer(ProducerTransactions):
         if largest > self._size_limit:
             check_record_size(largest, self.config, topic)
         self._sticky_sync(topic, meta.available)
+        limit_bytes = self._accumulator.batch_limit_bytes(topic)
         chosen = choose_partitions(records, sizes, topic, meta.partition_count, meta.available,
                                    self._sticky, explicit=partitions,
-                                   ignore_keys=self._ignore_keys)
-        limit_bytes = self._accumulator.batch_limit_bytes(topic)
+                                   ignore_keys=self._ignore_keys, limit_bytes=limit_bytes)
         touched: list[Any] = []
         deadline = time.monotonic() + self.config.max_block_ms / 1000
         for partition, encoded in encode_partitioned(records, sizes, chosen, limit_bytes):

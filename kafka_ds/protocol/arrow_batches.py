@@ -202,14 +202,16 @@ def key_partitions(keys: pa.Array, partition_count: int) -> Int64Array:
 
 def choose_partitions(records: ArrowRecords, sizes: Int64Array, topic: str, partition_count: int,
                       available: Sequence[int], sticky: StickyPartitioner, *,
-                      explicit: Int64Array | None = None, ignore_keys: bool = False
-                      ) -> Int64Array:
+                      explicit: Int64Array | None = None, ignore_keys: bool = False,
+                      limit_bytes: int | None = None) -> Int64Array:
     """The partition of every record, by the producer's rules in order.
 
     ``explicit`` (-1 for "none") wins; it must name an existing partition. Keyed records go
     where the Java producer puts them, unless ``ignore_keys``. The rest fill the sticky
     partition run by run, switching after ``batch.size`` bytes (``sticky`` keeps the state
-    across calls, as it does for ``send``).
+    across calls, as it does for ``send``); with ``limit_bytes`` (the batch limit that
+    ``encode_partitioned`` cuts at), each run ends before the record that would not fit in
+    it, so that a run makes one batch (``StickyPartitioner.fill``).
     """
     count = records.rows
     chosen = np.full(count, -1, dtype=np.int64)
@@ -235,7 +237,9 @@ def choose_partitions(records: ArrowRecords, sizes: Int64Array, topic: str, part
         bounds = cumulative.tolist()
         start = 0
         while start < len(free):
-            target, stop = sticky.run(topic, available, bounds, start, len(free))
+            target, stop = (sticky.run(topic, available, bounds, start, len(free))
+                            if limit_bytes is None else
+                            sticky.fill(topic, available, bounds, start, len(free), limit_bytes))
             chosen[free[start:stop]] = target
             start = stop
     return chosen

@@ -204,6 +204,35 @@ class StickyPartitioner:
         state[1] += cumulative[stop] - cumulative[start]
         return state[0], stop
 
+    def fill(self, topic: str, partitions: Sequence[int], cumulative: Sequence[int],
+             start: int, end: int, limit_bytes: int) -> tuple[int, int]:
+        """As ``run``, for records sealed into batches of at most ``limit_bytes`` as they are
+        placed (``send_arrow``): the run stops before the first record that would not fit, so
+        that it makes one batch, not a full one and a spill of a record or two (which halved
+        the records per batch at 100 B). The partition then counts as full: the next record
+        switches. The threshold is ``limit_bytes`` or ``batch.size``, the smaller."""
+        import bisect
+
+        limit = min(limit_bytes, self._batch_size_bytes)
+        state = self._state.get(topic)
+        if state is None or state[0] not in partitions:
+            state = self._state[topic] = [self._random.choice(partitions), 0]
+        elif state[1] >= limit:
+            state[0] = self._next(state[0], partitions)
+            state[1] = 0
+        fits = bisect.bisect_right(cumulative, cumulative[start] + limit - state[1],
+                                   start + 1, end + 1) - 1
+        if fits <= start and state[1]:  # not one more record fits: start the next partition
+            state[0] = self._next(state[0], partitions)
+            state[1] = 0
+            fits = bisect.bisect_right(cumulative, cumulative[start] + limit, start + 1,
+                                       end + 1) - 1
+        stop = min(max(fits, start + 1), end)  # a record larger than the limit goes alone
+        state[1] += cumulative[stop] - cumulative[start]
+        if stop < end:
+            state[1] = max(state[1], limit)
+        return state[0], stop
+
     def used_bytes(self, topic: str) -> int:
         """Bytes counted against the current sticky partition of ``topic``."""
         state = self._state.get(topic)

@@ -133,6 +133,27 @@ def test_unkeyed_rows_stick_to_a_partition_for_batch_size_bytes() -> None:
     assert all(a != b for a, b in zip(chosen[runs - 1], chosen[runs], strict=True))
 
 
+def test_with_a_batch_limit_each_sticky_run_makes_one_batch() -> None:
+    records = arrow_records(pa.array([b"x" * 83] * 1000), None, now_ms=1)
+    sizes = record_sizes(records)  # 100 bytes each
+    sticky = StickyPartitioner(2_000, random.Random(3))
+    # A limit under batch.size (its header taken off): 19 records fit, the 20th would not.
+    chosen = choose_partitions(records, sizes, "t", 4, [0, 1, 2, 3], sticky, limit_bytes=1_939)
+    runs = np.flatnonzero(np.diff(chosen)) + 1
+    lengths = np.diff([0, *runs.tolist(), 1000])
+    assert set(lengths[:-1].tolist()) == {19}
+    assert all(a != b for a, b in zip(chosen[runs - 1], chosen[runs], strict=True))
+    batches = list(encode_partitioned(records, sizes, chosen, 1_939))
+    assert len(batches) == len(lengths)  # no spill of a record past a full batch
+    # The next call fills what the last run left, then switches; a limit over batch.size
+    # (compressed batches) stops at batch.size.
+    more = choose_partitions(records, sizes, "t", 4, [0, 1, 2, 3], sticky, limit_bytes=10**6)
+    assert more[0] == chosen[-1]
+    first_run = int(np.flatnonzero(np.diff(more))[0]) + 1
+    assert first_run == 20 - int(lengths[-1])
+    assert set(np.diff(np.flatnonzero(np.diff(more))).tolist()) == {20}
+
+
 def test_size_bounds_cover_the_encoded_records() -> None:
     rows = _rows(11, 300)
     records = _records(rows)
