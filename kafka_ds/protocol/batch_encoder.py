@@ -11,8 +11,9 @@ Which encoder, by batch shape:
   lookups in a table of the first 2**14 values, and ``bytes.join`` copies the small pieces,
   keys and values once, in C. Unkeyed records (the common case) go by runs that share a
   timestamp, laid out by slice assignments with pieces kept from batch to batch: ~75 ns
-  each when values have one length, ~90 ns when lengths vary (2,300-record batches of 100 B
-  spanning 4 ms); other batches take a loop per record, ~0.2-0.4 us each. numpy's fixed costs per call would exceed that at these sizes.
+  each when values have one length, ~95 ns when lengths vary (2,300-record batches of 100 B
+  spanning 4 ms), ~170 ns keyed; other batches take a loop per record, ~0.2-0.4 us each.
+  numpy's fixed costs per call would exceed that at these sizes.
 - larger batches: ``record_encoder.encode_records_section`` (numpy + Arrow, no Python work
   per record).
 - batches with headers: the plain per-record encoder.
@@ -22,11 +23,13 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from typing import TypeVar
 
 from kafka_ds.protocol.primitives import write_varint, write_varlong
 from kafka_ds.protocol.record_builder import NewRecord, encode_records
 
 Header = tuple[str, bytes | None]
+_Shape = TypeVar("_Shape", int, tuple[int, int])  # what a run's first piece depends on
 
 # Below this many records a table-driven Python loop beats numpy's fixed costs per call.
 _VECTOR_MIN_RECORDS = 1 << 14  # the table covers offset deltas up to here
@@ -69,9 +72,11 @@ _TABLE = [_varint(value) for value in range(_TABLE_SIZE)]
 # the encoding. (timestamp delta bytes, offset width) -> value length -> first piece; the
 # deltas of a batch are its few milliseconds of linger, so few keys, bounded all the same.
 _HEADS: dict[tuple[bytes, int], dict[int, bytes]] = {}
-_HEADS_MAX_KEYS = 64
-_HEADS_MAX_LENGTHS = 4096
+_HEADS_MAX_KEYS = 32
+_HEADS_MAX_SHAPES = 2048  # per key: at most ~6 MB in all, typically a few hundred KB
 _TAILS: dict[int, bytes] = {}  # value length -> [null key, value length]; < _TABLE_SIZE keys
+# The same for keyed runs: (key length, value length) -> [0, length, attributes, delta].
+_KEYED_HEADS: dict[tuple[bytes, int], dict[tuple[int, int], bytes]] = {}
 
 
 def _encode_table(values: Sequence[bytes | None], timestamps: Sequence[int],
@@ -174,15 +179,11 @@ def _encode_run(parts: list[bytes], values: Sequence[bytes], lengths: list[int],
     table = _TABLE
     offset_width = len(table[start])
     run_lengths = lengths[start:stop]
-    heads = _HEADS.get((delta_bytes, offset_width))
-    if heads is None:
-        if len(_HEADS) >= _HEADS_MAX_KEYS:
-            _HEADS.clear()
-        heads = _HEADS[(delta_bytes, offset_width)] = {}
+    heads = _heads_for(_HEADS, delta_bytes, offset_width)
     try:
         first, third = _run_pieces(heads, run_lengths)
     except KeyError:  # a length not seen with this delta and width yet
-        _learn_lengths(heads, run_lengths, delta_bytes, offset_width)
+        heads = _learn_lengths(heads, run_lengths, delta_bytes, offset_width)
         first, third = _run_pieces(heads, run_lengths)
     run: list[bytes] = [b""] * (4 * (stop - start))
     run[0::4] = first
@@ -190,6 +191,31 @@ def _encode_run(parts: list[bytes], values: Sequence[bytes], lengths: list[int],
     run[2::4] = third
     run[3::4] = values[start:stop]
     parts += run
+
+
+def _heads_for(cache: dict[tuple[bytes, int], dict[_Shape, bytes]], delta_bytes: bytes,
+               offset_width: int) -> dict[_Shape, bytes]:
+    """The cached first pieces for a timestamp delta and offset width (see ``_HEADS``)."""
+    heads = cache.get((delta_bytes, offset_width))
+    if heads is None:
+        if len(cache) >= _HEADS_MAX_KEYS:
+            cache.clear()
+        heads = cache[(delta_bytes, offset_width)] = {}
+    return heads
+
+
+def _to_learn(heads: dict[_Shape, bytes], shapes: set[_Shape]
+              ) -> tuple[dict[_Shape, bytes], set[_Shape]]:
+    """Where to put the first pieces of a run's ``shapes`` (value lengths, or key and value
+    lengths) that ``heads`` lacks, and which: the cache, emptied first when they would take it
+    past ``_HEADS_MAX_SHAPES``; a dict for this run alone when the run has more shapes."""
+    missing = shapes.difference(heads)
+    if len(heads) + len(missing) <= _HEADS_MAX_SHAPES:
+        return heads, missing
+    if len(shapes) <= _HEADS_MAX_SHAPES:
+        heads.clear()
+        return heads, shapes
+    return {}, shapes
 
 
 def _run_pieces(heads: dict[int, bytes], run_lengths: list[int]) -> tuple[list[bytes],
@@ -203,39 +229,43 @@ def _run_pieces(heads: dict[int, bytes], run_lengths: list[int]) -> tuple[list[b
 
 
 def _learn_lengths(heads: dict[int, bytes], run_lengths: list[int], delta_bytes: bytes,
-                   offset_width: int) -> None:
-    """Add the first and third pieces (see ``_encode_run``) of every value length in
-    ``run_lengths`` to the caches; IndexError past the table (the caller's fallback)."""
+                   offset_width: int) -> dict[int, bytes]:
+    """The first pieces of every value length in ``run_lengths`` (see ``_to_learn``), the
+    third ones added to ``_TAILS``; IndexError past the table (the caller's fallback)."""
     table = _TABLE
-    if len(heads) > _HEADS_MAX_LENGTHS:
-        heads.clear()
-    missing = set(run_lengths).difference(heads)
+    heads, missing = _to_learn(heads, set(run_lengths))
     for length in missing:
         tail = _TAILS.get(length)
         if tail is None:
             tail = _TAILS[length] = b"\x01" + table[length]  # null key, then value length
         body = 2 + len(delta_bytes) + offset_width + len(tail) + length
         heads[length] = b"\x00" + table[body] + b"\x00" + delta_bytes
+    return heads
 
 
 def _encode_run_keyed(parts: list[bytes], keys: Sequence[bytes], key_lengths: list[int],
                       values: Sequence[bytes], lengths: list[int], start: int, stop: int,
                       delta_bytes: bytes) -> None:
     """``_encode_run`` for keyed records: six pieces per record, [0, length, attributes,
-    timestamp delta] (made once per distinct key and value length), offset delta, key
-    length, key, value length, value; laid out by slice assignments."""
+    timestamp delta] (kept per key and value length, as ``_encode_run`` keeps its own),
+    offset delta, key length, key, value length, value; laid out by slice assignments."""
     table = _TABLE
     offset_width = len(table[start])
     run_key_lengths = key_lengths[start:stop]
     run_lengths = lengths[start:stop]
     pairs = list(zip(run_key_lengths, run_lengths, strict=True))
-    heads: dict[tuple[int, int], bytes] = {}
-    for key_length, length in set(pairs):
-        body = (2 + len(delta_bytes) + offset_width + len(table[key_length]) + key_length
-                + len(table[length]) + length)
-        heads[(key_length, length)] = b"\x00" + table[body] + b"\x00" + delta_bytes
+    heads = _heads_for(_KEYED_HEADS, delta_bytes, offset_width)
+    try:
+        first = list(map(heads.__getitem__, pairs))
+    except KeyError:  # a pair of lengths not seen with this delta and width yet
+        heads, missing = _to_learn(heads, set(pairs))
+        for key_length, length in missing:
+            body = (2 + len(delta_bytes) + offset_width + len(table[key_length]) + key_length
+                    + len(table[length]) + length)
+            heads[(key_length, length)] = b"\x00" + table[body] + b"\x00" + delta_bytes
+        first = list(map(heads.__getitem__, pairs))
     run: list[bytes] = [b""] * (6 * (stop - start))
-    run[0::6] = list(map(heads.__getitem__, pairs))
+    run[0::6] = first
     run[1::6] = table[start:stop]
     run[2::6] = list(map(table.__getitem__, run_key_lengths))
     run[3::6] = keys[start:stop]

@@ -74,28 +74,33 @@ def test_unkeyed_batches_with_recurring_lengths_and_rising_timestamps(
 
 def test_pieces_kept_across_batches_stay_exact_when_their_caches_fill(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pieces of each value length are kept from batch to batch, per timestamp delta and
-    offset width: batch after batch of values of recurring and new lengths, with caches
-    bounded tightly enough to be cleared many times over, match the reference, including a
-    value past the varint table (which falls back to the per-record loop)."""
-    monkeypatch.setattr(batch_encoder, "_HEADS", {})
-    monkeypatch.setattr(batch_encoder, "_TAILS", {})
+    """The first pieces of each value length (keyed: key and value length) are kept from
+    batch to batch, per timestamp delta and offset width. Batch after batch of unkeyed and
+    keyed records of recurring and new lengths, with the caches bounded tightly enough to be
+    emptied many times over (and runs with more lengths than a cache may hold), match the
+    reference, including a value past the varint table (the per-record loop's case)."""
+    for cache in ("_HEADS", "_KEYED_HEADS", "_TAILS"):
+        monkeypatch.setattr(batch_encoder, cache, {})
     monkeypatch.setattr(batch_encoder, "_HEADS_MAX_KEYS", 3)
-    monkeypatch.setattr(batch_encoder, "_HEADS_MAX_LENGTHS", 20)
+    monkeypatch.setattr(batch_encoder, "_HEADS_MAX_SHAPES", 20)
     rng = random.Random(11)
-    cleared = 0
-    for batch in range(60):
+    emptied = 0
+    for batch in range(80):
         count = rng.choice([1, 9, 70, 400])
         values = [rng.randbytes(rng.randint(0, 120)) for _ in range(count)]
+        keys = [rng.randbytes(rng.randint(1, 3)) for _ in range(count)] if batch % 2 else None
         if batch == 30:
             values[-1] = rng.randbytes(20_000)
         timestamps = [BASE_MS + rng.randint(0, 4) + index // 50 for index in range(count)]
-        keys_before = len(batch_encoder._HEADS)
-        assert batch_encoder.encode_section(values, timestamps) == \
-            _reference(values, timestamps), batch
-        cleared += len(batch_encoder._HEADS) < keys_before
-    assert cleared > 0  # the bound on (delta, width) keys was reached and the cache started over
-    assert all(len(heads) <= 20 + 121 for heads in batch_encoder._HEADS.values())
+        held = sum(map(len, batch_encoder._HEADS.values()))
+        assert batch_encoder.encode_section(values, timestamps, keys) == \
+            _reference(values, timestamps, keys), batch
+        emptied += sum(map(len, batch_encoder._HEADS.values())) < held
+        for cache in (batch_encoder._HEADS, batch_encoder._KEYED_HEADS):
+            assert len(cache) <= 3
+            assert all(len(heads) <= 20 for heads in cache.values())
+    assert batch_encoder._HEADS and batch_encoder._KEYED_HEADS  # both were used
+    assert emptied > 0  # the bounds were reached and the caches started over
 
 
 @pytest.mark.parametrize("seed", range(6))
