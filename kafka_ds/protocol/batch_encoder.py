@@ -180,11 +180,12 @@ def _encode_run(parts: list[bytes], values: Sequence[bytes], lengths: list[int],
     offset_width = len(table[start])
     run_lengths = lengths[start:stop]
     heads = _heads_for(_HEADS, delta_bytes, offset_width)
+    tails = _TAILS
     try:
-        first, third = _run_pieces(heads, run_lengths)
-    except KeyError:  # a length not seen with this delta and width yet
-        heads = _learn_lengths(heads, run_lengths, delta_bytes, offset_width)
-        first, third = _run_pieces(heads, run_lengths)
+        first, third = _run_pieces(heads, tails, run_lengths)
+    except KeyError:  # a length not seen with this delta and width yet (or just evicted)
+        heads, tails = _learn_lengths(heads, run_lengths, delta_bytes, offset_width)
+        first, third = _run_pieces(heads, tails, run_lengths)
     run: list[bytes] = [b""] * (4 * (stop - start))
     run[0::4] = first
     run[1::4] = table[start:stop]
@@ -204,43 +205,40 @@ def _heads_for(cache: dict[tuple[bytes, int], dict[_Shape, bytes]], delta_bytes:
     return heads
 
 
-def _to_learn(heads: dict[_Shape, bytes], shapes: set[_Shape]
-              ) -> tuple[dict[_Shape, bytes], set[_Shape]]:
-    """Where to put the first pieces of a run's ``shapes`` (value lengths, or key and value
-    lengths) that ``heads`` lacks, and which: the cache, emptied first when they would take it
-    past ``_HEADS_MAX_SHAPES``; a dict for this run alone when the run has more shapes."""
-    missing = shapes.difference(heads)
-    if len(heads) + len(missing) <= _HEADS_MAX_SHAPES:
-        return heads, missing
-    if len(shapes) <= _HEADS_MAX_SHAPES:
+def _remember(heads: dict[_Shape, bytes], learned: dict[_Shape, bytes]) -> None:
+    """Keep a run's first pieces in its cache, emptied first when they would take it past
+    ``_HEADS_MAX_SHAPES`` (a run with more shapes than that is not kept). The run itself
+    uses ``learned``: a sender thread of another producer may empty the cache meanwhile."""
+    if len(learned) > _HEADS_MAX_SHAPES:
+        return
+    if len(heads) + len(learned) > _HEADS_MAX_SHAPES:
         heads.clear()
-        return heads, shapes
-    return {}, shapes
+    heads.update(learned)
 
 
-def _run_pieces(heads: dict[int, bytes], run_lengths: list[int]) -> tuple[list[bytes],
-                                                                          list[bytes]]:
-    """The first and third pieces of each record of a run; KeyError for a length not cached."""
+def _run_pieces(heads: dict[int, bytes], tails: dict[int, bytes], run_lengths: list[int]
+                ) -> tuple[list[bytes], list[bytes]]:
+    """The first and third pieces of each record of a run; KeyError for a length not held."""
     length = run_lengths[0]
     records = len(run_lengths)
     if run_lengths.count(length) == records:  # values of one length: no lookup each
-        return [heads[length]] * records, [_TAILS[length]] * records
-    return list(map(heads.__getitem__, run_lengths)), list(map(_TAILS.__getitem__, run_lengths))
+        return [heads[length]] * records, [tails[length]] * records
+    return list(map(heads.__getitem__, run_lengths)), list(map(tails.__getitem__, run_lengths))
 
 
 def _learn_lengths(heads: dict[int, bytes], run_lengths: list[int], delta_bytes: bytes,
-                   offset_width: int) -> dict[int, bytes]:
-    """The first pieces of every value length in ``run_lengths`` (see ``_to_learn``), the
-    third ones added to ``_TAILS``; IndexError past the table (the caller's fallback)."""
+                   offset_width: int) -> tuple[dict[int, bytes], dict[int, bytes]]:
+    """The first and third pieces of every value length of a run, also kept for the next
+    runs; IndexError past the table (the caller's fallback)."""
     table = _TABLE
-    heads, missing = _to_learn(heads, set(run_lengths))
-    for length in missing:
-        tail = _TAILS.get(length)
-        if tail is None:
-            tail = _TAILS[length] = b"\x01" + table[length]  # null key, then value length
-        body = 2 + len(delta_bytes) + offset_width + len(tail) + length
-        heads[length] = b"\x00" + table[body] + b"\x00" + delta_bytes
-    return heads
+    tails = {length: b"\x01" + table[length]  # null key, then the value length
+             for length in set(run_lengths)}
+    fixed = 2 + len(delta_bytes) + offset_width
+    learned = {length: b"\x00" + table[fixed + len(tail) + length] + b"\x00" + delta_bytes
+               for length, tail in tails.items()}
+    _TAILS.update(tails)  # at most one per length below _TABLE_SIZE: never emptied
+    _remember(heads, learned)
+    return learned, tails
 
 
 def _encode_run_keyed(parts: list[bytes], keys: Sequence[bytes], key_lengths: list[int],
@@ -258,12 +256,12 @@ def _encode_run_keyed(parts: list[bytes], keys: Sequence[bytes], key_lengths: li
     try:
         first = list(map(heads.__getitem__, pairs))
     except KeyError:  # a pair of lengths not seen with this delta and width yet
-        heads, missing = _to_learn(heads, set(pairs))
-        for key_length, length in missing:
-            body = (2 + len(delta_bytes) + offset_width + len(table[key_length]) + key_length
-                    + len(table[length]) + length)
-            heads[(key_length, length)] = b"\x00" + table[body] + b"\x00" + delta_bytes
-        first = list(map(heads.__getitem__, pairs))
+        fixed = 2 + len(delta_bytes) + offset_width
+        learned = {(key_length, length): b"\x00" + table[
+            fixed + len(table[key_length]) + key_length + len(table[length]) + length
+        ] + b"\x00" + delta_bytes for key_length, length in set(pairs)}
+        _remember(heads, learned)
+        first = list(map(learned.__getitem__, pairs))
     run: list[bytes] = [b""] * (6 * (stop - start))
     run[0::6] = first
     run[1::6] = table[start:stop]

@@ -103,6 +103,33 @@ def test_pieces_kept_across_batches_stay_exact_when_their_caches_fill(
     assert emptied > 0  # the bounds were reached and the caches started over
 
 
+class _EmptiedAtOnce(dict):  # type: ignore[type-arg]
+    """A cache that another thread empties right after every write to it."""
+
+    def __setitem__(self, key: object, value: object) -> None:
+        pass
+
+    def update(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+def test_a_run_uses_the_pieces_it_learned_when_another_thread_empties_the_cache(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sender threads of several producers share the caches: one may empty a cache
+    between another's learning a run's pieces and its using them. Each run uses the pieces it
+    learned, so the bytes stay exact (before, this raised KeyError out of the encoder)."""
+    monkeypatch.setattr(batch_encoder, "_heads_for",
+                        lambda cache, delta_bytes, offset_width: _EmptiedAtOnce())
+    rng = random.Random(5)
+    for index in range(8):
+        count = rng.choice([9, 70, 300])
+        values = [rng.randbytes(rng.randint(0, 12)) for _ in range(count)]
+        keys = [rng.randbytes(rng.randint(1, 3)) for _ in range(count)] if index % 2 else None
+        timestamps = [BASE_MS + offset // 40 for offset in range(count)]
+        assert batch_encoder.encode_section(values, timestamps, keys) == \
+            _reference(values, timestamps, keys)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_unkeyed_batches_with_timestamps_out_of_order(seed: int) -> None:
     """Threads sending at once can append a record stamped a millisecond before the one
