@@ -96,14 +96,14 @@ def test_pieces_kept_across_batches_stay_exact_when_their_caches_fill(
         assert batch_encoder.encode_section(values, timestamps, keys) == \
             _reference(values, timestamps, keys), batch
         emptied += sum(map(len, batch_encoder._HEADS.values())) < held
-        for cache in (batch_encoder._HEADS, batch_encoder._KEYED_HEADS):
-            assert len(cache) <= 3
-            assert all(len(heads) <= 20 for heads in cache.values())
+        for kept in (batch_encoder._HEADS, batch_encoder._KEYED_HEADS):
+            assert len(kept) <= 3
+            assert all(len(heads) <= 20 for heads in kept.values())
     assert batch_encoder._HEADS and batch_encoder._KEYED_HEADS  # both were used
     assert emptied > 0  # the bounds were reached and the caches started over
 
 
-class _EmptiedAtOnce(dict):  # type: ignore[type-arg]
+class _EmptiedAtOnce(dict):
     """A cache that another thread empties right after every write to it."""
 
     def __setitem__(self, key: object, value: object) -> None:
