@@ -72,6 +72,64 @@ def test_unkeyed_batches_with_recurring_lengths_and_rising_timestamps(
     assert batch_encoder.encode_section(values, timestamps) == _reference(values, timestamps)
 
 
+def test_pieces_kept_across_batches_stay_exact_when_their_caches_fill(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first pieces of each value length (keyed: key and value length) are kept from
+    batch to batch, per timestamp delta and offset width. Batch after batch of unkeyed and
+    keyed records of recurring and new lengths, with the caches bounded tightly enough to be
+    emptied many times over (and runs with more lengths than a cache may hold), match the
+    reference, including a value past the varint table (the per-record loop's case)."""
+    for cache in ("_HEADS", "_KEYED_HEADS", "_TAILS"):
+        monkeypatch.setattr(batch_encoder, cache, {})
+    monkeypatch.setattr(batch_encoder, "_HEADS_MAX_KEYS", 3)
+    monkeypatch.setattr(batch_encoder, "_HEADS_MAX_SHAPES", 20)
+    rng = random.Random(11)
+    emptied = 0
+    for batch in range(80):
+        count = rng.choice([1, 9, 70, 400])
+        values = [rng.randbytes(rng.randint(0, 120)) for _ in range(count)]
+        keys = [rng.randbytes(rng.randint(1, 3)) for _ in range(count)] if batch % 2 else None
+        if batch == 30:
+            values[-1] = rng.randbytes(20_000)
+        timestamps = [BASE_MS + rng.randint(0, 4) + index // 50 for index in range(count)]
+        held = sum(map(len, batch_encoder._HEADS.values()))
+        assert batch_encoder.encode_section(values, timestamps, keys) == \
+            _reference(values, timestamps, keys), batch
+        emptied += sum(map(len, batch_encoder._HEADS.values())) < held
+        for kept in (batch_encoder._HEADS, batch_encoder._KEYED_HEADS):
+            assert len(kept) <= 3
+            assert all(len(heads) <= 20 for heads in kept.values())
+    assert batch_encoder._HEADS and batch_encoder._KEYED_HEADS  # both were used
+    assert emptied > 0  # the bounds were reached and the caches started over
+
+
+class _EmptiedAtOnce(dict):
+    """A cache that another thread empties right after every write to it."""
+
+    def __setitem__(self, key: object, value: object) -> None:
+        pass
+
+    def update(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+def test_a_run_uses_the_pieces_it_learned_when_another_thread_empties_the_cache(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sender threads of several producers share the caches: one may empty a cache
+    between another's learning a run's pieces and its using them. Each run uses the pieces it
+    learned, so the bytes stay exact (before, this raised KeyError out of the encoder)."""
+    monkeypatch.setattr(batch_encoder, "_heads_for",
+                        lambda cache, delta_bytes, offset_width: _EmptiedAtOnce())
+    rng = random.Random(5)
+    for index in range(8):
+        count = rng.choice([9, 70, 300])
+        values = [rng.randbytes(rng.randint(0, 12)) for _ in range(count)]
+        keys = [rng.randbytes(rng.randint(1, 3)) for _ in range(count)] if index % 2 else None
+        timestamps = [BASE_MS + offset // 40 for offset in range(count)]
+        assert batch_encoder.encode_section(values, timestamps, keys) == \
+            _reference(values, timestamps, keys)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_unkeyed_batches_with_timestamps_out_of_order(seed: int) -> None:
     """Threads sending at once can append a record stamped a millisecond before the one
