@@ -141,18 +141,23 @@ class ScannedBuffer:
 
 
 def scan_buffer(buf: Buffer, options: DecodeOptions, *, area: DecodeArea,
-                budget: DecompressionBudget | None = None) -> ScannedBuffer | RecordColumns:
+                budget: DecompressionBudget | None = None,
+                walk_records: bool = True) -> ScannedBuffer | RecordColumns:
     """Step 1 of ``decode_columns`` (same parameters): a ``ScannedBuffer`` for
     ``finish_columns``, or the finished columns when the buffer holds a legacy message set
     (decoded record by record, rare). ``area`` is released (empty) when the columns are
     returned here, else it is the ``ScannedBuffer``'s until it is finished.
+
+    ``walk_records`` also finds where each compressed batch's records start right after it is
+    decompressed, while they are in the CPU cache (``record_walk``); pass False where step 1
+    runs in another thread, as the walk is Python and holds the GIL.
     """
     where = _describe(options.topic, options.partition)
     area.used = 0
     area.size_hint = 2 * len(buf)  # compressed batches inflate; grow once, not many times
     scan = scan_batches(buf, options.start_offset, options.end_offset, options.verify_crc,
                         DecompressionBudget(options.max_decompressed_bytes, parent=budget), where,
-                        options.on_corrupt == "truncate", area)
+                        options.on_corrupt == "truncate", area, walk_records)
     if scan is not None:
         return ScannedBuffer(scan, area, options, where)
     from kafka_ds.protocol.record_columns_legacy import decode_columns_per_record
@@ -177,8 +182,8 @@ def finish_columns(scanned: ScannedBuffer) -> RecordColumns:
         where += " (position in the decompressed records)"
     try:
         offsets, timestamps, types, keys, values, headers, batch_index = decode_rows(
-            scan.area, scan.sections, scan.meta, options.start_offset, options.end_offset,
-            options.include_headers, where)
+            scan.area, scan.sections, scan.layouts, scan.meta, options.start_offset,
+            options.end_offset, options.include_headers, where)
     finally:
         # Every column is a copy (``gather``, ``take``, numpy arithmetic): the area may be reused.
         scanned.area.release()
