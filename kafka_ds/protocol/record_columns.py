@@ -15,8 +15,9 @@ How, for one partition's ``records`` bytes (many batches, some compressed):
    was compressed, else the decompressed sections, written in place into a ``DecodeArea`` the
    caller may keep from one call to the next). A thin Python loop follows each record's
    length varint to find where every record starts (the only step that is sequential by
-   nature), in one batch of each shape (record count, bytes); batches of the same shape are
-   guessed to be laid out alike, and every guessed start is checked.
+   nature; step 1 already did it for compressed batches, each right after decompressing it),
+   in one batch of each shape (record count, bytes); batches of the same shape are guessed
+   to be laid out alike, and every guessed start is checked.
 3. numpy decodes every other field of every record at once (``varint_arrays``), checks that each
    record's fields end exactly where its length says, and drops rows outside the offset range.
 4. Keys and values are copied out of the buffer into exactly sized Arrow buffers

@@ -1,11 +1,11 @@
 """Steps 2-4 of decoding a fetch buffer: the rows of the scanned records sections.
 
 Layer: protocol (sans-IO). Imports numpy, pyarrow and this package's ``varint_arrays``,
-``record_arrow`` and ``record_columns_scan`` (for its types). Given the records sections laid
-end to end (``record_columns_scan``):
+``record_arrow``, ``record_walk`` and ``record_columns_scan`` (for its types). Given the records
+sections laid end to end (``record_columns_scan``):
 
 2. Find where every record starts by following the record length varints (the only step that
-   is sequential by nature).
+   is sequential by nature; compressed batches were walked as they were decompressed).
 3. numpy decodes every other field of every record at once (``varint_arrays``), checks that each
    record's fields end exactly where its length says, and drops rows outside the offset range.
 4. Keys and values are gathered into exactly sized buffers (``record_arrow.gather``). Headers

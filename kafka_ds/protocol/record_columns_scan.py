@@ -1,12 +1,14 @@
 """Step 1 of decoding a fetch buffer: walk the batch headers, check CRCs, decompress.
 
 Layer: protocol (sans-IO). Imports numpy, ``crc32c`` and this package's ``records``,
-``decompression_budget`` and ``record_columns_types``. One Python loop over batch headers: one
-``unpack_from`` of the 61-byte header and one CRC-32C per batch. Batches wholly outside the
-offset range are checked but not decompressed; compressed batches are decompressed (under the
-size cap) end to end into a ``DecodeArea`` the caller may keep from one call to the next. The
-result (``Scan``) names the records sections that ``record_columns_rows`` turns into rows.
-Nearly all of this step is GIL-free C (CRC-32C, lz4, zstd).
+``decompression_budget``, ``record_columns_types`` and ``record_walk``. One Python loop over
+batch headers: one ``unpack_from`` of the 61-byte header and one CRC-32C per batch. Batches
+wholly outside the offset range are checked but not decompressed; compressed batches are
+decompressed (under the size cap) end to end into a ``DecodeArea`` the caller may keep from one
+call to the next, and their records walked at once, while in cache (``record_walk``; skipped
+for a scan in another thread). The result (``Scan``) names the records sections that
+``record_columns_rows`` turns into rows. Nearly all of this step is GIL-free C (CRC-32C, lz4,
+zstd), the walk aside.
 """
 
 from __future__ import annotations
