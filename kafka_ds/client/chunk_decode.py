@@ -101,8 +101,12 @@ def _give_back(area: DecodeArea) -> None:
         _free_areas.append(area)
 
 
-def scan_chunk(chunk: Chunk, config: FetchConfig, include_headers: bool) -> tuple[Scanned, int]:
-    """Step 1 of decoding ``chunk``; returns what ``finish_chunk`` takes and the nanoseconds."""
+def scan_chunk(chunk: Chunk, config: FetchConfig, include_headers: bool,
+               walk_records: bool = False) -> tuple[Scanned, int]:
+    """Step 1 of decoding ``chunk``; returns what ``finish_chunk`` takes and the nanoseconds.
+
+    ``walk_records`` (``scan_buffer``) only where step 2 follows in the same thread: the
+    decode pool leaves the Python record walk to the fetching thread."""
     started_ns = time.perf_counter_ns()
     part = chunk.part
     assert part is not None
@@ -112,7 +116,8 @@ def scan_chunk(chunk: Chunk, config: FetchConfig, include_headers: bool) -> tupl
             start_offset=chunk.fetch_offset, end_offset=part.end, include_headers=include_headers,
             max_decompressed_bytes=config.max_decompressed_bytes, topic=part.tp.topic,
             partition=part.tp.partition, verify_crc=config.check_crcs)
-        scanned = scan_buffer(chunk.records, options, budget=chunk.budget, area=area)
+        scanned = scan_buffer(chunk.records, options, budget=chunk.budget, area=area,
+                              walk_records=walk_records)
     except BaseException:
         area.release()
         _give_back(area)
@@ -141,6 +146,6 @@ def finish_chunk(chunk: Chunk, scanned: Scanned, config: FetchConfig) -> tuple[R
 def decode_chunk(chunk: Chunk, config: FetchConfig,
                  include_headers: bool) -> tuple[RecordColumns, int]:
     """Both steps in the calling thread: the columns and the nanoseconds it took."""
-    scanned, scan_ns = scan_chunk(chunk, config, include_headers)
+    scanned, scan_ns = scan_chunk(chunk, config, include_headers, walk_records=True)
     columns, finish_ns = finish_chunk(chunk, scanned, config)
     return columns, scan_ns + finish_ns

@@ -15,8 +15,9 @@ How, for one partition's ``records`` bytes (many batches, some compressed):
    was compressed, else the decompressed sections, written in place into a ``DecodeArea`` the
    caller may keep from one call to the next). A thin Python loop follows each record's
    length varint to find where every record starts (the only step that is sequential by
-   nature), in one batch of each shape (record count, bytes); batches of the same shape are
-   guessed to be laid out alike, and every guessed start is checked.
+   nature; step 1 already did it for compressed batches, each right after decompressing it),
+   in one batch of each shape (record count, bytes); batches of the same shape are guessed
+   to be laid out alike, and every guessed start is checked.
 3. numpy decodes every other field of every record at once (``varint_arrays``), checks that each
    record's fields end exactly where its length says, and drops rows outside the offset range.
 4. Keys and values are copied out of the buffer into exactly sized Arrow buffers
@@ -141,18 +142,23 @@ class ScannedBuffer:
 
 
 def scan_buffer(buf: Buffer, options: DecodeOptions, *, area: DecodeArea,
-                budget: DecompressionBudget | None = None) -> ScannedBuffer | RecordColumns:
+                budget: DecompressionBudget | None = None,
+                walk_records: bool = True) -> ScannedBuffer | RecordColumns:
     """Step 1 of ``decode_columns`` (same parameters): a ``ScannedBuffer`` for
     ``finish_columns``, or the finished columns when the buffer holds a legacy message set
     (decoded record by record, rare). ``area`` is released (empty) when the columns are
     returned here, else it is the ``ScannedBuffer``'s until it is finished.
+
+    ``walk_records`` also finds where each compressed batch's records start right after it is
+    decompressed, while they are in the CPU cache (``record_walk``); pass False where step 1
+    runs in another thread, as the walk is Python and holds the GIL.
     """
     where = _describe(options.topic, options.partition)
     area.used = 0
     area.size_hint = 2 * len(buf)  # compressed batches inflate; grow once, not many times
     scan = scan_batches(buf, options.start_offset, options.end_offset, options.verify_crc,
                         DecompressionBudget(options.max_decompressed_bytes, parent=budget), where,
-                        options.on_corrupt == "truncate", area)
+                        options.on_corrupt == "truncate", area, walk_records)
     if scan is not None:
         return ScannedBuffer(scan, area, options, where)
     from kafka_ds.protocol.record_columns_legacy import decode_columns_per_record
@@ -177,8 +183,8 @@ def finish_columns(scanned: ScannedBuffer) -> RecordColumns:
         where += " (position in the decompressed records)"
     try:
         offsets, timestamps, types, keys, values, headers, batch_index = decode_rows(
-            scan.area, scan.sections, scan.meta, options.start_offset, options.end_offset,
-            options.include_headers, where)
+            scan.area, scan.sections, scan.layouts, scan.meta, options.start_offset,
+            options.end_offset, options.include_headers, where)
     finally:
         # Every column is a copy (``gather``, ``take``, numpy arithmetic): the area may be reused.
         scanned.area.release()

@@ -1,11 +1,11 @@
 """Steps 2-4 of decoding a fetch buffer: the rows of the scanned records sections.
 
 Layer: protocol (sans-IO). Imports numpy, pyarrow and this package's ``varint_arrays``,
-``record_arrow`` and ``record_columns_scan`` (for its types). Given the records sections laid
-end to end (``record_columns_scan``):
+``record_arrow``, ``record_walk`` and ``record_columns_scan`` (for its types). Given the records
+sections laid end to end (``record_columns_scan``):
 
 2. Find where every record starts by following the record length varints (the only step that
-   is sequential by nature).
+   is sequential by nature; compressed batches were walked as they were decompressed).
 3. numpy decodes every other field of every record at once (``varint_arrays``), checks that each
    record's fields end exactly where its length says, and drops rows outside the offset range.
 4. Keys and values are gathered into exactly sized buffers (``record_arrow.gather``). Headers
@@ -27,8 +27,9 @@ from kafka_ds.protocol.record_arrow import (
     take_pairs,
     with_validity,
 )
-from kafka_ds.protocol.record_columns_scan import Section
+from kafka_ds.protocol.record_columns_scan import Layouts, Section
 from kafka_ds.protocol.record_columns_types import BoolArray, Int64Array
+from kafka_ds.protocol.record_walk import walk_fast
 from kafka_ds.protocol.records import MIN_RECORD_BYTES, Buffer
 from kafka_ds.protocol.varint_arrays import decode_varints
 
@@ -39,46 +40,26 @@ _VECTOR_HEADER_SLOTS = 16
 
 # --- step 2: where each record starts ------------------------------------------------------
 
-# Bytes a record occupies, read from the first byte b of its length varint: for a one-byte
-# varint 1 + length; for a two-byte one, 2 + the low 6 length bits in b, and the second byte
-# adds ``second << 6``. (Zigzag: length = varint >> 1; record lengths are never negative.)
-_STEP = [1 + (b >> 1) if b < 0x80 else 2 + ((b & 0x7F) >> 1) for b in range(256)]
-
-
 def _section_starts(area: Buffer, section: Section, where: str, exact: bool,
                     starts: list[int]) -> None:
-    """Append where each record of ``section`` starts, following the record length varints:
-    the one per-record loop.
+    """Append where each record of ``section`` starts, following the record length varints.
 
-    The fast loop assumes lengths of one or two varint bytes and does not look at the sign;
-    the caller checks every step against a full vectorised decode of the same varints and
-    reruns with ``exact=True`` (per-record ``read_varint``) when they disagree, so the fast loop
-    never decides anything alone. A section whose fast walk does not land on its end is redone
-    exactly at once (records of 8 KiB or more have three-byte lengths).
+    The fast walk (``record_walk.walk_fast``) is tried first unless ``exact``; a section where
+    it does not land on its end is redone with per-record ``read_varint``, which names the
+    fault. The caller checks every step against a full vectorised decode of the same varints
+    and reruns with ``exact=True`` when they disagree, so the fast walk never decides alone.
     """
     start, stop, count, _ = section
     if count * MIN_RECORD_BYTES > stop - start:
         raise DecodeError(f"record count{where}", start,
                           f"{count} records cannot fit in {stop - start} bytes")
-    append = starts.append
     mark = len(starts)
-    pos = start
     if not exact:
-        step = _STEP
-        try:
-            for _ in range(count):
-                append(pos)
-                byte = area[pos]
-                if byte < 0x80:
-                    pos += step[byte]
-                else:
-                    pos += step[byte] + (area[pos + 1] << 6)
-        except IndexError:
-            pos = -1
-        if pos == stop:
+        if walk_fast(area, start, count, starts) == stop:
             return
         del starts[mark:]
-        pos = start
+    append = starts.append
+    pos = start
     for _ in range(count):
         append(pos)
         length, pos = read_varint(area, pos)
@@ -99,34 +80,48 @@ def _record_starts(area: Buffer, sections: list[Section], where: str,
     return np.array(starts, dtype=np.int64)
 
 
-def _guessed_starts(area: Buffer, sections: list[Section], where: str) -> Int64Array:
-    """Where every record starts, walking only one section of each shape (record count, bytes)
-    and guessing that the others of that shape lay their records out the same way.
+def _scanned_starts(area: Buffer, sections: list[Section], layouts: Layouts,
+                    where: str) -> Int64Array:
+    """Where every record starts: from the layouts the scan walked (``Layouts``), the sections
+    it left unwalked walked here, one of each shape (record count, bytes), the others of that
+    shape guessed to lay their records out the same way.
 
-    A producer's batches are mostly alike: same record count, same byte length, and then
+    A producer's batches are often alike: same record count, same byte length, and then
     nearly always the same record sizes (fixed-size values; offset and timestamp deltas that
     grow alike in each batch). The guess is only a guess: the caller checks every record's
     length against the next start and walks a section record by record when one disagrees.
     """
-    layouts: dict[tuple[int, int], Int64Array] = {}
-    parts: list[Int64Array] = []
+    layout_at = list(layouts.layout_at)
+    found = len(layouts.relative_starts)  # where the next walked layout will start
+    parts = [np.array(layouts.relative_starts, dtype=np.int64)]
+    shapes: dict[tuple[int, int], int] = {}
     walked: list[int] = []
-    for section in sections:
-        start, stop, count, _ = section
-        layout = layouts.get((count, stop - start))
-        if layout is None:
+    for index, at in enumerate(layout_at):
+        if at >= 0:
+            continue
+        start, stop, count, _ = sections[index]
+        at = shapes.get((count, stop - start), -1)
+        if at < 0:
             walked.clear()
-            _section_starts(area, section, where, False, walked)
-            found = np.array(walked, dtype=np.int64)
-            layouts[count, stop - start] = found - start
-            parts.append(found)
-        else:
-            parts.append(layout + start)
-    return np.concatenate(parts)
+            _section_starts(area, sections[index], where, False, walked)
+            parts.append(np.array(walked, dtype=np.int64) - start)
+            at = shapes[count, stop - start] = found
+            found += count
+        layout_at[index] = at
+    counts = np.array([section[2] for section in sections], dtype=np.int64)
+    firsts = np.cumsum(counts) - counts  # each section's first row
+    offset_rows = np.repeat(np.array([section[0] for section in sections], dtype=np.int64),
+                            counts)
+    layout = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    if layout_at == firsts.tolist():  # every section walked, in order: no guess to place
+        return layout + offset_rows
+    rows = np.arange(len(offset_rows), dtype=np.int64)
+    return layout[rows + np.repeat(np.array(layout_at, dtype=np.int64) - firsts, counts)] \
+        + offset_rows
 
 
 def _record_bounds(data: npt.NDArray[np.uint8], area: Buffer, sections: list[Section],
-                   where: str) -> tuple[Int64Array, Int64Array, Int64Array]:
+                   layouts: Layouts, where: str) -> tuple[Int64Array, Int64Array, Int64Array]:
     """Every record's start, body start (after the length) and end, cross-checked.
 
     Each record must end where the next one starts, the last of a section where the section
@@ -137,7 +132,7 @@ def _record_bounds(data: npt.NDArray[np.uint8], area: Buffer, sections: list[Sec
     stops = np.array([section[1] for section in sections], dtype=np.int64)
     counts = np.array([section[2] for section in sections], dtype=np.int64)
     last_rows = np.cumsum(counts) - 1
-    starts = _guessed_starts(area, sections, where)
+    starts = _scanned_starts(area, sections, layouts, where)
     try:
         body, record_end, good = _check_lengths(data, starts, stops, last_rows, where)
         if not good.all():  # walk the sections whose guessed layout was wrong
@@ -179,14 +174,14 @@ _Rows = tuple[Int64Array, Int64Array, npt.NDArray[np.int32], pa.BinaryArray, pa.
               pa.ListArray | None, npt.NDArray[np.int32]]
 
 
-def decode_rows(area: Buffer, sections: list[Section],
+def decode_rows(area: Buffer, sections: list[Section], layouts: Layouts,
                  meta: list[tuple[int, int, int, int, int]],
                  start_offset: int | None, end_offset: int | None, include_headers: bool,
                  where: str) -> _Rows:
     if not sections:
         return _empty_rows(include_headers)
     data = np.frombuffer(area, dtype=np.uint8)
-    starts, body, record_end = _record_bounds(data, area, sections, where)
+    starts, body, record_end = _record_bounds(data, area, sections, layouts, where)
     counts = np.array([section[2] for section in sections], dtype=np.int64)
     meta_rows = np.repeat(np.array([section[3] for section in sections]), counts)
     batch_meta = np.array(meta, dtype=np.int64)

@@ -1,12 +1,14 @@
 """Step 1 of decoding a fetch buffer: walk the batch headers, check CRCs, decompress.
 
 Layer: protocol (sans-IO). Imports numpy, ``crc32c`` and this package's ``records``,
-``decompression_budget`` and ``record_columns_types``. One Python loop over batch headers: one
-``unpack_from`` of the 61-byte header and one CRC-32C per batch. Batches wholly outside the
-offset range are checked but not decompressed; compressed batches are decompressed (under the
-size cap) end to end into a ``DecodeArea`` the caller may keep from one call to the next. The
-result (``Scan``) names the records sections that ``record_columns_rows`` turns into rows.
-Nearly all of this step is GIL-free C (CRC-32C, lz4, zstd).
+``decompression_budget``, ``record_columns_types`` and ``record_walk``. One Python loop over
+batch headers: one ``unpack_from`` of the 61-byte header and one CRC-32C per batch. Batches
+wholly outside the offset range are checked but not decompressed; compressed batches are
+decompressed (under the size cap) end to end into a ``DecodeArea`` the caller may keep from one
+call to the next, and their records walked at once, while in cache (``record_walk``; skipped
+for a scan in another thread). The result (``Scan``) names the records sections that
+``record_columns_rows`` turns into rows. Nearly all of this step is GIL-free C (CRC-32C, lz4,
+zstd), the walk aside.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy.typing as npt
 from kafka_ds.protocol.decompression_budget import DecompressionBudget
 from kafka_ds.protocol.errors import CorruptRecordError, DecodeError
 from kafka_ds.protocol.record_columns_types import BatchColumns
+from kafka_ds.protocol.record_walk import walk_fast
 from kafka_ds.protocol.records import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -33,6 +36,7 @@ from kafka_ds.protocol.records import (
     MAGIC_OFFSET,
     MAGIC_V2,
     MIN_BATCH_LENGTH,
+    MIN_RECORD_BYTES,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     Buffer,
@@ -96,6 +100,23 @@ Section = tuple[int, int, int, int]
 
 
 @dataclass(slots=True)
+class Layouts:
+    """Where the records of each section start, as far as the scan walked them.
+
+    The scan walks each compressed batch just after decompressing it, while its records are
+    still in the CPU cache (``record_walk``), and only one batch of each shape (record count,
+    bytes); ``record_columns_rows`` walks what is left (uncompressed batches: walking them here
+    measured no faster, their bytes stay in cache from the receive) and checks every start.
+    """
+
+    # The walked sections' record starts, each relative to its section's start, end to end.
+    relative_starts: list[int]
+    # Per section: the index in ``relative_starts`` of its first record's start (that of the
+    # first section of its shape), or -1 when not walked (left to ``record_columns_rows``).
+    layout_at: list[int]
+
+
+@dataclass(slots=True)
 class Scan:
     """What the header walk found (step 1)."""
 
@@ -106,6 +127,7 @@ class Scan:
     buf: Buffer  # the fetch buffer
     area: Buffer  # the records sections, end to end (or the fetch buffer itself)
     sections: list[Section]
+    layouts: Layouts
     bytes_consumed: int
     has_partial_batch: bool
     error: DecodeError | None
@@ -113,11 +135,13 @@ class Scan:
 
 def scan_batches(buf: Buffer, start_offset: int | None, end_offset: int | None, verify_crc: bool,
           budget: DecompressionBudget, where: str, truncate: bool,
-          area: DecodeArea) -> Scan | None:
+          area: DecodeArea, walk_records: bool = True) -> Scan | None:
     """Walk the batch headers; returns None when a legacy message set is present.
 
     With ``truncate``, a malformed batch ends the walk and is reported in ``error`` instead of
-    raising, so that the batches before it can still be returned.
+    raising, so that the batches before it can still be returned. With ``walk_records``, each
+    compressed batch's records are walked too (``Layouts``): a Python loop, so a scan meant to
+    run GIL-free in another thread passes False and leaves the walk to ``record_columns_rows``.
     """
     size = len(buf)
     view = memoryview(buf)
@@ -130,6 +154,8 @@ def scan_batches(buf: Buffer, start_offset: int | None, end_offset: int | None, 
     meta: list[tuple[int, int, int, int, int]] = []
     # Records sections: (in ``area``, or else in the fetch buffer; start; end; count).
     found: list[tuple[bool, int, int, int]] = []
+    layouts = Layouts([], [])
+    shapes: dict[tuple[int, int], int] = {}
     pos = 0
     partial = False
     error = None
@@ -198,6 +224,10 @@ def scan_batches(buf: Buffer, start_offset: int | None, end_offset: int | None, 
         control_types.append(control_type)
         if section is not None:
             found.append(section)
+            inside, start, stop, _ = section
+            layouts.layout_at.append(
+                _walk(area.buf[start:stop].data, count, shapes, layouts.relative_starts)
+                if walk_records and inside else -1)
             meta.append((base_offset, base_timestamp, max_timestamp,
                          attributes & TIMESTAMP_TYPE_BIT, index))
         pos = end
@@ -224,5 +254,24 @@ def scan_batches(buf: Buffer, start_offset: int | None, end_offset: int | None, 
     if len(records) > _MAX_AREA_BYTES and sections:
         raise DecodeError(f"records{where}", None,
                           f"{len(records)} bytes of records exceed what one Arrow column holds")
-    return Scan(batches, meta, buf, records, sections, pos, partial, error)
+    return Scan(batches, meta, buf, records, sections, layouts, pos, partial, error)
+
+
+def _walk(records: memoryview, count: int, shapes: dict[tuple[int, int], int],
+          relative_starts: list[int]) -> int:
+    """Walk one section's records (``record_walk.walk_fast``) unless one of its shape was
+    walked already; the index of its layout in ``relative_starts``, or -1 when the fast walk
+    did not fit the section (``record_columns_rows`` then walks it exactly, naming a fault)."""
+    shape = (count, len(records))
+    at = shapes.get(shape)
+    if at is None:
+        at = -1
+        if count * MIN_RECORD_BYTES <= len(records):
+            mark = len(relative_starts)
+            if walk_fast(records, 0, count, relative_starts) == len(records):
+                at = mark
+            else:
+                del relative_starts[mark:]
+        shapes[shape] = at
+    return at
 

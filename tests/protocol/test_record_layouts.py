@@ -12,13 +12,22 @@ from __future__ import annotations
 
 import struct
 
+import crc32c
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from kafka_ds.protocol import record_columns_rows
+from kafka_ds.protocol import record_columns_rows, record_columns_scan
 from kafka_ds.protocol.compression import Compression
-from kafka_ds.protocol.record_columns import decode_columns
+from kafka_ds.protocol.errors import DecodeError
+from kafka_ds.protocol.record_columns import (
+    DecodeArea,
+    DecodeOptions,
+    ScannedBuffer,
+    decode_columns,
+    finish_columns,
+    scan_buffer,
+)
 
 CODECS = [Compression.NONE, Compression.LZ4, Compression.ZSTD]
 Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]
@@ -69,18 +78,30 @@ def test_batches_of_one_shape_with_different_layouts(codec: Compression, filler:
                                      kafka_python_batch(second, 0, codec))}
     if codec == Compression.NONE:
         assert len(shapes) == 1  # the premise: the batches really have one shape
-    walks: list[int] = []  # the start of each section walked record by record
+    walks: list[int] = []  # the start of each section walked record by record in step 2
+    scan_walks: list[int] = []  # the record count of each section the scan walked
     section_starts = record_columns_rows._section_starts
+    scan_walk = record_columns_scan.walk_fast
 
     def counted(area: object, section: tuple[int, int, int, int], *args: object) -> None:
         walks.append(section[0])
         section_starts(area, section, *args)  # type: ignore[arg-type]
 
+    def counted_scan(area: memoryview, start: int, count: int, starts: list[int]) -> int:
+        scan_walks.append(count)
+        return scan_walk(area, start, count, starts)
+
     monkeypatch.setattr(record_columns_rows, "_section_starts", counted)
+    monkeypatch.setattr(record_columns_scan, "walk_fast", counted_scan)
     assert_rows_match_kafka_python(buf)
-    # One walk lays out the shape; the guess for the second batch was refused, so it was
-    # walked too (alone, or with the whole buffer when the guess read a too-long varint).
-    assert len(set(walks)) >= 2
+    # One walk lays out the shape (the scan's, for compressed batches, which walks one batch
+    # per shape); the guess for the second batch was refused, so it was walked too (alone, or
+    # with the whole buffer when the guess read a too-long varint).
+    if codec == Compression.NONE:
+        assert not scan_walks and len(set(walks)) >= 2
+    else:
+        # Decompressed, the four batches have one shape: the scan walks the first only.
+        assert scan_walks == [2] and walks
 
 
 FIXED = b"v" * 1000
@@ -111,3 +132,59 @@ def test_record_lengths_of_one_two_and_three_varint_bytes(codec: Compression) ->
     records: list[Record] = [(None, bytes([65 + n % 26]) * n, []) for n in sizes]
     buf = fetch_buffer([records] * 3 + [records[::-1]] * 2, codec)
     assert_rows_match_kafka_python(buf)
+
+
+def _scanned(buf: bytes, walk_records: bool) -> ScannedBuffer:
+    scanned = scan_buffer(buf, DecodeOptions(include_headers=True), area=DecodeArea(),
+                          walk_records=walk_records)
+    assert isinstance(scanned, ScannedBuffer)
+    return scanned
+
+
+@pytest.mark.parametrize("codec", [Compression.LZ4, Compression.ZSTD], ids=lambda c: c.name)
+def test_the_scan_walks_compressed_batches_as_step_2_would(codec: Compression) -> None:
+    # Compressed and plain batches mixed (the records are then laid end to end again, at new
+    # positions), shapes repeated and not: the layouts the scan found while decompressing must
+    # place every record where step 2 finds them without them.
+    varied: list[Record] = [(b"k", bytes([97 + n % 26]) * (n * 37 % 900), [("h", b"1")] * (n % 3))
+                            for n in range(40)]
+    same: list[Record] = [(None, b"v" * 100, [])] * 20
+    parts = [kafka_python_batch(records, 0, batch_codec)
+             for records, batch_codec in [(varied, codec), (same, codec), (same, Compression.NONE),
+                                          (same, codec), (varied[::-1], codec),
+                                          (varied, Compression.NONE)]]
+    offset, renumbered = 0, []
+    for part in parts:
+        moved = bytearray(part)
+        struct.pack_into(">q", moved, 0, offset)
+        offset += struct.unpack_from(">i", part, 57)[0]
+        renumbered.append(bytes(moved))
+    buf = b"".join(renumbered)
+
+    walked = _scanned(buf, walk_records=True)
+    # One walk per compressed shape: varied, same (the second "same" and varied reversed, of
+    # the same bytes and count as varied, are guessed); plain batches are left to step 2.
+    placed = [at >= 0 for at in walked.scan.layouts.layout_at]
+    assert placed == [True, True, False, True, True, False]
+    assert len(walked.scan.layouts.relative_starts) == 40 + 20
+    left = _scanned(buf, walk_records=False)
+    assert left.scan.layouts.layout_at == [-1] * 6 and not left.scan.layouts.relative_starts
+    with_walk, without = finish_columns(walked), finish_columns(left)
+    for name in ("offsets", "timestamps_ms", "batch_index"):
+        assert getattr(with_walk, name).tolist() == getattr(without, name).tolist()
+    for name in ("keys", "values", "headers"):
+        assert getattr(with_walk, name).equals(getattr(without, name))
+    assert_rows_match_kafka_python(buf)
+
+
+def test_a_compressed_batch_whose_records_do_not_walk_still_raises_in_truncate_mode() -> None:
+    # One record more in the count than in the (CRC-valid) batch: the scan's walk does not fit,
+    # so it decides nothing; step 2 names the fault, and it raises even under "truncate", as
+    # records that do not parse always did (only faults of the batch walk truncate).
+    batch = bytearray(kafka_python_batch([(None, b"x" * 200, [])] * 5, 0, Compression.LZ4))
+    struct.pack_into(">i", batch, 57, 6)
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    scanned = _scanned(bytes(batch), walk_records=True)
+    assert scanned.scan.layouts.layout_at == [-1]
+    with pytest.raises(DecodeError, match="buffer ends early"):
+        decode_columns(bytes(batch), on_corrupt="truncate")
