@@ -20,6 +20,7 @@ for the columnar send path.
 
 from __future__ import annotations
 
+import bisect
 import random
 import struct
 from collections.abc import Sequence
@@ -190,8 +191,6 @@ class StickyPartitioner:
             start: int, end: int) -> tuple[int, int]:
         """For records ``start:end`` (``cumulative`` sizes as in ``append_many``): the sticky
         partition and where its run of records stops, counting their bytes against it."""
-        import bisect
-
         state = self._state.get(topic)
         if state is None or state[0] not in partitions:
             state = self._state[topic] = [self._random.choice(partitions), 0]
