@@ -187,16 +187,21 @@ class StickyPartitioner:
             if choice != previous:
                 return choice
 
+    def _run_state(self, topic: str, partitions: Sequence[int], full_bytes: int) -> list[int]:
+        """``[partition, bytes counted]`` for the next run of ``topic``: a new sticky partition
+        when there is none (or it is no longer available) or it holds ``full_bytes``."""
+        state = self._state.get(topic)
+        if state is None or state[0] not in partitions:
+            state = self._state[topic] = [self._random.choice(partitions), 0]
+        elif state[1] >= full_bytes:
+            state[:] = [self._next(state[0], partitions), 0]
+        return state
+
     def run(self, topic: str, partitions: Sequence[int], cumulative: Sequence[int],
             start: int, end: int) -> tuple[int, int]:
         """For records ``start:end`` (``cumulative`` sizes as in ``append_many``): the sticky
         partition and where its run of records stops, counting their bytes against it."""
-        state = self._state.get(topic)
-        if state is None or state[0] not in partitions:
-            state = self._state[topic] = [self._random.choice(partitions), 0]
-        elif state[1] >= self._batch_size_bytes:
-            state[0] = self._next(state[0], partitions)
-            state[1] = 0
+        state = self._run_state(topic, partitions, self._batch_size_bytes)
         room = self._batch_size_bytes - state[1]
         stop = bisect.bisect_left(cumulative, cumulative[start] + room, start + 1, end + 1)
         stop = min(max(stop, start + 1), end)
@@ -210,20 +215,12 @@ class StickyPartitioner:
         that it makes one batch, not a full one and a spill of a record or two (which halved
         the records per batch at 100 B). The partition then counts as full: the next record
         switches. The threshold is ``limit_bytes`` or ``batch.size``, the smaller."""
-        import bisect
-
         limit = min(limit_bytes, self._batch_size_bytes)
-        state = self._state.get(topic)
-        if state is None or state[0] not in partitions:
-            state = self._state[topic] = [self._random.choice(partitions), 0]
-        elif state[1] >= limit:
-            state[0] = self._next(state[0], partitions)
-            state[1] = 0
+        state = self._run_state(topic, partitions, limit)
         fits = bisect.bisect_right(cumulative, cumulative[start] + limit - state[1],
                                    start + 1, end + 1) - 1
         if fits <= start and state[1]:  # not one more record fits: start the next partition
-            state[0] = self._next(state[0], partitions)
-            state[1] = 0
+            state[:] = [self._next(state[0], partitions), 0]
             fits = bisect.bisect_right(cumulative, cumulative[start] + limit, start + 1,
                                        end + 1) - 1
         stop = min(max(fits, start + 1), end)  # a record larger than the limit goes alone
