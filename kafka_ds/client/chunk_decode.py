@@ -101,12 +101,13 @@ def _give_back(area: DecodeArea) -> None:
         _free_areas.append(area)
 
 
-def scan_chunk(chunk: Chunk, config: FetchConfig, include_headers: bool,
-               walk_records: bool = False) -> tuple[Scanned, int]:
+def scan_chunk(chunk: Chunk, config: FetchConfig, include_headers: bool, *,
+               walk_records: bool) -> tuple[Scanned, int]:
     """Step 1 of decoding ``chunk``; returns what ``finish_chunk`` takes and the nanoseconds.
 
     ``walk_records`` (``scan_buffer``) only where step 2 follows in the same thread: the
-    decode pool leaves the Python record walk to the fetching thread."""
+    decode pool passes False and leaves the Python record walk to the fetching thread. No
+    default, as each caller's answer depends on which thread it runs in."""
     started_ns = time.perf_counter_ns()
     part = chunk.part
     assert part is not None

@@ -428,7 +428,8 @@ class FetchLoop:
                     chunk.budget = budget
                     if self._decoder is not None and worth_scanning_ahead(chunk.records):
                         chunk.decoding = self._decoder.submit(scan_chunk, chunk, self.config,
-                                                             self.include_headers)
+                                                             self.include_headers,
+                                                             walk_records=False)
         return len(self._queue) > queued
 
     def _on_done(self, node: BrokerFetch, future: RequestFuture[Any],

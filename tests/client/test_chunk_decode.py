@@ -55,11 +55,13 @@ def _assert_written(columns: RecordColumns, name: str) -> None:
     assert columns.offsets.tolist() == offsets
 
 
-def test_chunks_scanned_ahead_keep_their_own_areas() -> None:
+@pytest.mark.parametrize("walk_records", [False, True])
+def test_chunks_scanned_ahead_keep_their_own_areas(walk_records: bool) -> None:
     config = FetchConfig()
     chunks = {name: _chunk((GOLDEN / name).read_bytes(), name) for name in COMPRESSED}
     # Scan every chunk first (each holds its decompressed records), then finish them in order.
-    scanned = {name: scan_chunk(chunk, config, False)[0] for name, chunk in chunks.items()}
+    scanned = {name: scan_chunk(chunk, config, False, walk_records=walk_records)[0]
+               for name, chunk in chunks.items()}
     areas = [s.area for s in scanned.values() if isinstance(s, ScannedBuffer)]
     assert len(areas) == len(COMPRESSED)
     assert len({id(area) for area in areas}) == len(areas), "one area per scanned chunk"
@@ -77,7 +79,7 @@ def test_scanning_in_a_pool_while_finishing_here() -> None:
 
     def scan(chunk: Chunk) -> Any:
         threads_seen.add(threading.get_ident())
-        return scan_chunk(chunk, config, True)
+        return scan_chunk(chunk, config, True, walk_records=False)
 
     with ThreadPoolExecutor(1) as pool:
         futures = [(name, pool.submit(scan, chunk := _chunk((GOLDEN / name).read_bytes(), name)),
@@ -139,7 +141,7 @@ def test_a_capped_scan_returns_its_area_and_the_next_chunk_decodes() -> None:
     bomb = encode_batch([NewRecord(b"k", bytes(4_000_000))], compression=Compression.ZSTD)
     chunk_decode._free_areas.clear()
     with pytest.raises(DecodeError, match="decompressed data would exceed 1000000 bytes"):
-        scan_chunk(_chunk(bomb), config, False)
+        scan_chunk(_chunk(bomb), config, False, walk_records=False)
     assert len(chunk_decode._free_areas) == 1 and chunk_decode._free_areas[0].used == 0
     name = "golden-zstd.bin"
     columns, _ = decode_chunk(_chunk((GOLDEN / name).read_bytes(), name), config, False)
