@@ -58,6 +58,7 @@ from kafka_ds.protocol.txn_state import (
     TxnState,
     TxnStateMachine,
     classify,
+    expired_id_message,
     fenced_message,
 )
 
@@ -208,10 +209,18 @@ class TransactionManager:
 
     def on_batch_failed(self, batch: ProducerBatch, error: BaseException) -> None:
         with self.lock:
+            where = f"producing to {batch.topic}-{batch.partition}"
             if isinstance(error, BrokerError) and error.code == ErrorCode.PRODUCER_FENCED:
                 self.machine.transition(TxnState.FATAL_ERROR, ProducerFencedError(fenced_message(
                     self.transactional_id, self.state.producer_id, self.state.producer_epoch,
-                    f"producing to {batch.topic}-{batch.partition}")))
+                    where)))
+            elif (isinstance(error, BrokerError)
+                  and error.code == ErrorCode.INVALID_PRODUCER_ID_MAPPING):
+                # Under transactions v2 the first Produce of a transaction meets the expired
+                # id; an abort could only be refused for the same reason. Fatal at once, as
+                # in the Java client (4.x).
+                self.machine.transition(TxnState.FATAL_ERROR, TransactionFatalError(
+                    expired_id_message(self.transactional_id, where)))
             elif self.machine.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING,
                                         TxnState.PREPARED):
                 # INVALID_PRODUCER_EPOCH lands here too: since KIP-588 it means the
@@ -282,6 +291,8 @@ class TransactionManager:
         if code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
             raise ProducerFencedError(fenced_message(
                 self.transactional_id, self.state.producer_id, self.state.producer_epoch, what))
+        if code == ErrorCode.INVALID_PRODUCER_ID_MAPPING:
+            raise TransactionFatalError(expired_id_message(self.transactional_id, what))
         error = BrokerError(code, f"{what} for transactional.id {self.transactional_id!r}")
         if classify(code) is ErrorClass.FATAL:
             raise TransactionFatalError(str(error)) from error

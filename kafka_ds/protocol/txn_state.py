@@ -220,6 +220,16 @@ def classify(code: int) -> ErrorClass:
     return ErrorClass.ABORTABLE
 
 
+def expired_id_message(transactional_id: str, what: str) -> str:
+    """INVALID_PRODUCER_ID_MAPPING for a producer that had its id: the coordinator forgot it."""
+    return (f"{what}: the transaction coordinator no longer knows transactional.id "
+            f"{transactional_id!r} (INVALID_PRODUCER_ID_MAPPING). Brokers forget a "
+            "transactional.id left unused for longer than their transactional.id.expiration.ms "
+            "(7 days by default). This producer cannot continue: close it and create a new one "
+            "(its init_transactions() registers the id again), or call init_transactions() "
+            "before each transaction of a producer that may sit idle that long")
+
+
 def fenced_message(transactional_id: str, producer_id: int, epoch: int, what: str) -> str:
     return (f"{what}: producer {producer_id} epoch {epoch} of transactional.id "
             f"{transactional_id!r} was fenced. Either another producer with the same "
