@@ -467,13 +467,16 @@ class BrokerConnection:
                  future: RequestFuture[Any] | None = None) -> RequestFuture[Any]:
         future = future if future is not None else RequestFuture()
         version = self.version_for(request.API_KEY) if version is None else version
-        _, frame = self.protocol.send_request(request, version, expect_response)
+        _, pieces = self.protocol.send_request_pieces(request, version, expect_response)
+        queue = self._send_queue
+        for piece in pieces[:-1]:
+            queue.append((memoryview(piece), None))
         if expect_response:
             timeout = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
             self._waiting.append((future, self.clock.monotonic_ms() + timeout))
-            self._send_queue.append((memoryview(frame), None))
-        else:
-            self._send_queue.append((memoryview(frame), future))
+            queue.append((memoryview(pieces[-1]), None))
+        else:  # sent: done once its last piece is written
+            queue.append((memoryview(pieces[-1]), future))
         self.on_writable()
         return future
 

@@ -18,11 +18,13 @@ zero-copy views (``RECORDS`` fields) into that buffer.
 from __future__ import annotations
 
 from collections import deque
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from kafka_ds.protocol import primitives as p
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.errors import DecodeError, EncodeError, ProtocolError
+from kafka_ds.protocol.frame_pieces import PiecedFrame
 from kafka_ds.protocol.header import (
     RequestHeader,
     read_response_header,
@@ -81,20 +83,35 @@ class ProtocolConnection:
     def send_request(self, request: Request, api_version: int,
                      expect_response: bool = True) -> tuple[int, bytearray]:
         """Frame ``request`` at ``api_version``; returns its correlation id and the bytes."""
+        out = bytearray(_SIZE.size)  # patched with the size below
+        correlation_id = self._frame(request, api_version, expect_response, out, len)
+        return correlation_id, out
+
+    def send_request_pieces(self, request: Request, api_version: int,
+                            expect_response: bool = True
+                            ) -> tuple[int, list[memoryview | bytes]]:
+        """As ``send_request``, but the frame is the returned pieces in order, large ``bytes``
+        fields (record batches) among them uncopied (``frame_pieces``)."""
+        out = PiecedFrame(_SIZE.size)
+        correlation_id = self._frame(request, api_version, expect_response, out,
+                                     PiecedFrame.total_bytes)
+        return correlation_id, out.pieces()
+
+    def _frame(self, request: Request, api_version: int, expect_response: bool,
+               out: bytearray, length: Callable[[Any], int]) -> int:
         correlation_id = self._next_correlation_id
         self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
-        out = bytearray(_SIZE.size)  # patched with the size below
         header = RequestHeader(request.API_KEY, api_version, correlation_id, self.client_id)
         write_request_header(out, header, request.is_flexible(api_version))
         encode(request, api_version, out)
-        size = len(out) - _SIZE.size
+        size = length(out) - _SIZE.size
         if size > 0x7FFFFFFF:
             raise EncodeError(f"request of {size} bytes is larger than Kafka's frame limit")
         _SIZE.pack_into(out, 0, size)
         if expect_response:
             self._in_flight.append(
                 InFlight(correlation_id, request.API_KEY, api_version, request.RESPONSE))
-        return correlation_id, out
+        return correlation_id
 
     def read_buffer(self) -> memoryview:
         """Where the next received bytes must be written (never empty)."""

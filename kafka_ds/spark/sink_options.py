@@ -46,6 +46,10 @@ WORKER_MEMORY_REUSE = "workerMemoryReuse"
 
 # Producer settings the sink chooses when the user did not (kafka.<name> overrides them).
 # Big batches: the columnar encoder's cost is per batch, and the broker's per request.
+# Requests of several such batches are humongous objects in a broker whose G1 regions are
+# 1 MiB (heaps under 2 GiB), and start concurrent marks; 128 KiB batches avoid that at 4
+# partitions, but cost the task 0.4-1 us more per 1 KiB row, more than the broker saved
+# (bench_broker_cost, and inside Spark; 2026-11-24): kept.
 SINK_PRODUCER_DEFAULTS = {
     "batch.size": "524288",
     "max.request.size": "4194304",
