@@ -39,10 +39,13 @@ from kafka_ds.protocol.txn_state import TransactionFatalError
 from kafka_ds.spark import PyKafkaDataSource
 
 EXPIRY_MS = 2_000
+# Longer for producer state: the first test checks the state is there right after its sends,
+# which must come before the broker may drop it, even on a loaded machine.
+PRODUCER_EXPIRY_MS = 5_000
 WAIT_S = 60.0
 
 
-_FORGETFUL = {"producer.id.expiration.ms": EXPIRY_MS,
+_FORGETFUL = {"producer.id.expiration.ms": PRODUCER_EXPIRY_MS,
               "producer.id.expiration.check.interval.ms": 500,
               "transactional.id.expiration.ms": EXPIRY_MS,
               "transaction.remove.expired.transaction.cleanup.interval.ms": 500}

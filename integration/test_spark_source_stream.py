@@ -230,6 +230,10 @@ def test_min_offsets_per_trigger_waits_for_enough_data(
     produce_values(kafka, topic, 30, partition=0)  # 50 now: one batch with all of them
     for query, name in queries.values():
         wait_for_rows(spark, query, name, 60)
+        # The memory sink holds a batch's rows before Spark posts that trigger's progress
+        # (its offset and commit logs come after addBatch): wait for the progress too.
+        wait_until(lambda q=query: sum(batch_sizes(q.recentProgress)) >= 60, 60,
+                   "the second batch's progress")
         assert batch_sizes(query.recentProgress) == [10, 50]
     assert_same(spark.table(queries["pykafka"][1]), spark.table(queries["kafka"][1]))
 
