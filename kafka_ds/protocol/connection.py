@@ -91,7 +91,13 @@ class ProtocolConnection:
                             expect_response: bool = True
                             ) -> tuple[int, list[memoryview | bytes]]:
         """As ``send_request``, but the frame is the returned pieces in order, large ``bytes``
-        fields (record batches) among them uncopied (``frame_pieces``)."""
+        fields (record batches) among them uncopied (``frame_pieces``). Only Produce carries
+        such fields; any other request is framed as one piece, since a ``PiecedFrame``'s
+        Python-level ``+=`` nearly doubles the cost of encoding many small fields (a Fetch of
+        100 partitions: 194 -> 359 us)."""
+        if request.API_KEY != ApiKey.PRODUCE:
+            correlation_id, frame = self.send_request(request, api_version, expect_response)
+            return correlation_id, [memoryview(frame)]
         out = PiecedFrame(_SIZE.size)
         correlation_id = self._frame(request, api_version, expect_response, out,
                                      PiecedFrame.total_bytes)

@@ -13,6 +13,7 @@ import pytest
 
 from kafka_ds.protocol.connection import ProtocolConnection
 from kafka_ds.protocol.frame_pieces import SPLICE_MIN_BYTES, PiecedFrame
+from kafka_ds.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
 from kafka_ds.protocol.messages.produce import (
     PartitionProduceData,
     ProduceRequest,
@@ -68,3 +69,12 @@ def test_small_values_and_bytearrays_are_copied_in() -> None:
     pieces = frame.pieces()
     assert len(pieces) == 3 and pieces[1] is large
     assert b"".join(pieces) == bytes(4) + b"ab" + bytes(2 * SPLICE_MIN_BYTES) + b"z"
+
+
+def test_requests_without_record_batches_are_one_piece() -> None:
+    request = MetadataRequest(topics=[MetadataRequestTopic(name="topic-a")])
+    _, frame = ProtocolConnection("client-x").send_request(request, 12)
+    _, pieces = ProtocolConnection("client-x").send_request_pieces(request, 12)
+    assert len(pieces) == 1 and bytes(pieces[0]) == bytes(frame)
+    # Framed in a plain bytearray: a PiecedFrame's Python-level += costs per field.
+    assert type(pieces[0].obj) is bytearray  # type: ignore[union-attr]
