@@ -26,8 +26,9 @@ jars: $(STAMP)
 	$(PY) -m integration.harness fetch-jars
 
 # The whole suite: unit tests, then real-broker tests (single broker and a 3-broker cluster).
+# The 30 slowest tests are listed at the end, so that a CI log shows where its minutes went.
 test: jars
-	$(PY) -m pytest -m "not long"
+	$(PY) -m pytest -m "not long" --durations=30
 
 # The pipeline fault scenarios that take minutes each (ten driver kills over 200k rows, broker
 # and leader kills, the proxy, a broker down past the timeouts): about an hour on 2 cores.
