@@ -116,10 +116,11 @@ def _every_column(df: Any) -> list[Any]:
 
 
 def _batch(spark: Any, fmt: str, bootstrap: str, topic: str, records: int,
-           meter: CpuMeter | None = None) -> dict[str, float]:
+           meter: CpuMeter | None = None, options: dict[str, str] | None = None
+           ) -> dict[str, float]:
     started = time.perf_counter()
     df = (spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap)
-          .option("subscribe", topic).load())
+          .option("subscribe", topic).options(**(options or {})).load())
     rows = _every_column(df)[0][-1]
     elapsed = time.perf_counter() - started
     assert rows == records, (fmt, rows, records)
@@ -139,7 +140,8 @@ def _phase_ms(progress: dict[str, Any], phase: str) -> float:
 
 
 def _stream(spark: Any, fmt: str, bootstrap: str, topic: str, records: int,
-            meter: CpuMeter | None = None) -> dict[str, Any]:
+            meter: CpuMeter | None = None, options: dict[str, str] | None = None
+            ) -> dict[str, Any]:
     """Records/s from query start to its end (``rps``) and in the steady state (``steady_rps``:
     the micro-batches between the first and the last); seconds to the first trigger; the
     first, middle (median) and last triggers' durations and the middle ones' phases (ms).
@@ -157,7 +159,8 @@ def _stream(spark: Any, fmt: str, bootstrap: str, topic: str, records: int,
     started = time.perf_counter()
     query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
              .option("subscribe", topic).option("startingOffsets", "earliest")
-             .option("maxOffsetsPerTrigger", str(records // TRIGGERS + PARTITIONS)).load()
+             .option("maxOffsetsPerTrigger", str(records // TRIGGERS + PARTITIONS))
+             .options(**(options or {})).load()
              .writeStream.foreachBatch(each_batch).trigger(availableNow=True).start())
     query.awaitTermination()
     elapsed = time.perf_counter() - started

@@ -13,10 +13,29 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit
-from pyspark.sql.types import BinaryType, StructField, StructType
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 
 class _Range(InputPartition):
@@ -59,11 +78,127 @@ class FloorSource(DataSource):
         return _FloorReader(int(self.options.get("rate", "200")))
 
 
-def register(spark: Any) -> None:
-    """Register the source, pickled by value (the workers cannot import this module)."""
+def register(spark: Any, *, rows: int = 600_000, value_bytes: int = 1000) -> None:
+    """Register the sources, pickled by value (the workers cannot import this module);
+    ``rows`` and ``value_bytes``: the Kafka-shaped one's topic unless its options say."""
     import sys
 
     from pyspark import cloudpickle
 
+    _SHAPE_DEFAULTS.update(rows=str(rows), valuebytes=str(value_bytes))
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     spark.dataSource.register(FloorSource)
+    spark.dataSource.register(FloorKafkaSource)
+
+
+# --- the same, shaped like a Kafka topic read -------------------------------------------------
+#
+# ``format("kafka_ds_floor_kafka")`` yields Spark's Kafka schema for a made-up topic of
+# ``partitions`` partitions holding ``rows`` records of ``valueBytes`` each (one constant
+# value, no key), as slices of ``batchRows`` rows, with no I/O and next to no Python work: the
+# least any Python source pays to hand Spark these rows, in a batch read or in micro-batches
+# of ``maxOffsetsPerTrigger`` (planned one task per partition, as ours are). A stand-in for
+# ``pykafka`` in ``probe_stream_cpu`` to tell Spark's per-trigger costs from ours.
+
+_KAFKA_FIELDS = (("key", BinaryType()), ("value", BinaryType()), ("topic", StringType()),
+                 ("partition", IntegerType()), ("offset", LongType()),
+                 ("timestamp", TimestampType()), ("timestampType", IntegerType()))
+
+
+class _Slice(InputPartition):
+    def __init__(self, partition: int, start: int, end: int) -> None:
+        super().__init__(None)
+        self.partition, self.start, self.end = partition, start, end
+
+
+# Defaults for the options, set by ``register`` (pickled with this module, by value).
+_SHAPE_DEFAULTS = {"partitions": "4", "rows": "600000", "valuebytes": "1000"}
+
+
+class _KafkaShape:
+    def __init__(self, given: dict[str, str]) -> None:
+        options = {**_SHAPE_DEFAULTS, **{key.lower(): value for key, value in given.items()}}
+        self.partitions = int(options["partitions"])
+        self.rows = int(options["rows"])
+        self.value_bytes = int(options["valuebytes"])
+        self.batch_rows = int(options.get("batchrows", "1000"))
+        max_rows = options.get("maxoffsetspertrigger")
+        self.max_rows = int(max_rows) if max_rows else None
+
+    def per_partition(self) -> int:
+        return self.rows // self.partitions
+
+    def read(self, part: _Slice) -> Iterator[pa.RecordBatch]:
+        size, rows = self.value_bytes, self.batch_rows
+        data = pa.py_buffer(b"v" * (size * rows))
+        for start in range(part.start, part.end, rows):
+            n = min(rows, part.end - start)
+            offsets = pa.py_buffer(np.arange(0, (n + 1) * size, size, dtype=np.int32).tobytes())
+            values = pa.Array.from_buffers(pa.binary(), n, [None, offsets, data])
+            yield pa.RecordBatch.from_arrays([
+                pa.nulls(n, pa.binary()), values,
+                pa.array(["floor"] * n, pa.string()),
+                pa.array(np.full(n, part.partition, dtype=np.int32)),
+                pa.array(np.arange(start, start + n, dtype=np.int64)),
+                pa.array(np.full(n, 1_700_000_000_000_000, dtype=np.int64)).cast(
+                    pa.timestamp("us", tz="UTC")),
+                pa.array(np.zeros(n, dtype=np.int32))],
+                [name for name, _ in _KAFKA_FIELDS])
+
+
+class _FloorKafkaBatch(DataSourceReader):
+    def __init__(self, shape: _KafkaShape) -> None:
+        self.shape = shape
+
+    def partitions(self) -> list[InputPartition]:
+        n = self.shape.per_partition()
+        return [_Slice(p, 0, n) for p in range(self.shape.partitions)]
+
+    def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
+        return self.shape.read(partition)
+
+
+class _FloorKafkaStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, shape: _KafkaShape) -> None:
+        self.shape = shape
+
+    def initialOffset(self) -> dict:
+        return {str(p): 0 for p in range(self.shape.partitions)}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.shape.max_rows) if self.shape.max_rows else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        n = self.shape.per_partition()
+        step = n
+        if isinstance(limit, ReadMaxRows):
+            step = max(1, limit.max_rows // self.shape.partitions)
+        return {p: min(n, offset + step) for p, offset in start.items()}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return [_Slice(int(p), start[p], end[p]) for p in sorted(end, key=int)
+                if end[p] > start[p]]
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
+        return self.shape.read(partition)
+
+
+class FloorKafkaSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "kafka_ds_floor_kafka"
+
+    def schema(self) -> StructType:
+        return StructType([StructField(name, kind) for name, kind in _KAFKA_FIELDS])
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _FloorKafkaBatch(_KafkaShape(dict(self.options)))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _FloorKafkaStream(_KafkaShape(dict(self.options)))
