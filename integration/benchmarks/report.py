@@ -135,6 +135,13 @@ def run(cluster: KafkaCluster, config: report_cases.Config, cases: list[str], ou
             "Quick mode: topics of a few MB, 3 repetitions. Fixed costs (query start, the Python "
             "planner, the perf tools' JVM) weigh more than in the full run: a smoke test of "
             "the whole chain, not the figures to quote.")
+    if "spark-read" in cases:
+        report.notes.append(
+            f"Spark read: \"{report_cases.FLOOR_NAME}\" is floor_source's Python data source "
+            "that hands Spark rows of the same schema and sizes with no I/O and next to no "
+            "work of its own: the fastest any Python source can be read in that scenario, set "
+            "by Spark's own costs. It is no peer and no target counts it; its ratio to the "
+            "JVM connector bounds what a Python source can reach there.")
     client_runs: dict[str, Callable[[], Any]] = {
         "decode": lambda: report_cases.decode(config, progress),
         "produce": lambda: report_cases.client_produce(cluster, config, progress),

@@ -34,6 +34,7 @@ from integration.benchmarks import (
     bench_records,
     bench_spark_sink,
     bench_spark_source,
+    floor_source,
 )
 from integration.benchmarks.cpu_meter import rss_mib
 from integration.benchmarks.report_writer import Latency, Measurement, MemoryTrace, Target
@@ -230,25 +231,34 @@ def spark_read(spark: Any, cluster: KafkaCluster, config: Config, progress: Prog
             topic = f"bench-read-{size}-{codec}-{uuid.uuid4().hex[:6]}"
             bench_spark_source._produce(cluster, topic, records, size, codec)
             topics[(size, codec)] = (topic, records)
+    # Beside the two connectors, floor_source's no-I/O Python source handing Spark rows of the
+    # same shape: what any Python source pays Spark, so the report shows how much of a gap to
+    # a target is Spark's (it is no peer: no target counts it).
+    floor_source.register(spark)
+    formats = (*bench_spark_source.FORMATS, FLOOR)
     warm_topic, warm_records = next(iter(topics.values()))
-    for fmt in bench_spark_source.FORMATS:  # JVM classes, Python workers, stream start
-        bench_spark_source._batch(spark, fmt, bootstrap, warm_topic, warm_records)
-        bench_spark_source._stream(spark, fmt, bootstrap, warm_topic, warm_records)
-    names = {"pykafka": "pykafka", "kafka": JVM}
+    warm_size = next(iter(topics))[0]
+    for fmt in formats:  # JVM classes, Python workers, stream start
+        args = _read_args(fmt, warm_topic, warm_records, warm_size)
+        bench_spark_source._batch(spark, fmt, bootstrap, *args)
+        bench_spark_source._stream(spark, fmt, bootstrap, *args)
+    names = {"pykafka": "pykafka", "kafka": JVM, FLOOR: FLOOR_NAME}
     steady = "availableNow, middle micro-batches"
     modes = ("batch", "availableNow", steady)
     for (size, codec), (topic, records) in topics.items():
         samples: dict[str, dict[str, list[float]]] = {
-            mode: {names[f]: [] for f in bench_spark_source.FORMATS} for mode in modes}
+            mode: {names[f]: [] for f in formats} for mode in modes}
         for _ in range(config.runs):
-            for fmt in bench_spark_source.FORMATS:
+            for fmt in formats:
+                args = _read_args(fmt, topic, records, size)
                 samples["batch"][names[fmt]].append(
-                    bench_spark_source._batch(spark, fmt, bootstrap, topic, records)["rps"])
-            for fmt in bench_spark_source.FORMATS:
+                    bench_spark_source._batch(spark, fmt, bootstrap, *args)["rps"])
+            for fmt in formats:
                 # Whole query (start included: a Python source starts a planner process per
                 # query; the end too: the JVM consumer waits at the log's end) and the middle
                 # micro-batches (a long-running query's steady state).
-                stream = bench_spark_source._stream(spark, fmt, bootstrap, topic, records)
+                stream = bench_spark_source._stream(spark, fmt, bootstrap,
+                                                    *_read_args(fmt, topic, records, size))
                 samples["availableNow"][names[fmt]].append(stream["rps"])
                 samples[steady][names[fmt]].append(stream["steady_rps"])
         for mode in modes:
@@ -258,6 +268,22 @@ def spark_read(spark: Any, cluster: KafkaCluster, config: Config, progress: Prog
             progress(f"Spark read {mode} {_label(size, codec)} ({records} records): "
                      + _line(rows))
     return out
+
+
+FLOOR = "kafka_ds_floor_kafka"
+FLOOR_NAME = "no-I/O Python source"
+
+
+def _read_args(fmt: str, topic: str, records: int, size: int
+               ) -> tuple[str, int, None, dict[str, str]]:
+    """``(topic, records, meter, options)`` for bench_spark_source's reads of ``fmt``: the
+    floor makes up a topic of ``records`` rows of ``size`` bytes in its 4 partitions (whole
+    partitions, so the row count checks hold)."""
+    if fmt != FLOOR:
+        return topic, records, None, {}
+    whole = records - records % bench_spark_source.PARTITIONS
+    return topic, whole, None, {"rows": str(whole), "valueBytes": str(size),
+                                "partitions": str(bench_spark_source.PARTITIONS)}
 
 
 def _write_once(writer: str, df: Any, bootstrap: str, topic: str, codec: str,
