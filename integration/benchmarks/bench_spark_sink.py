@@ -53,6 +53,13 @@ from pathlib import Path
 from typing import Any
 
 WRITERS = ["jvm", "eos", "alo", "noop"]
+# Seconds of pause before each measured write, in no rate and no CPU figure. The broker
+# keeps working for a while after the JVM sink's write returns: at 1 KB lz4 the writer that
+# came next paid up to 0.9 us per row more broker CPU (user time, not GC), whichever of eos
+# and alo it was, and little once a noop write (0.5 s) or a pause ran in between; in the
+# fixed order jvm, eos, alo, eos paid it every time (eos/alo 0.64-0.72 against 0.93-1.03;
+# 2026-11-25, 1 KB lz4, one run of 3-4 rounds per order).
+SETTLE_S = 1.0
 _COMMIT_LINE = re.compile(r"committed batch (\d+) \((\d+) transactions, \d+ records\) in "
                           r"(\d+) ms; slowest task by phase \(ms\): (\{.*\})")
 _BATCH_WRITE_LINE = re.compile(r"committed the batch write \(\d+ transactions, \d+ records\) in "
@@ -177,7 +184,8 @@ def _batch_write_phases(log: Path | None, since: int) -> dict[str, float]:
 def _scenario(spark: Any, admin: Any, meter: CpuMeter, bootstrap: str, rows: int, size: int,
               codec: str, partitions: int, runs: int, spy: Any = None,
               log: Path | None = None, lengths: str = "varied",
-              writers: list[str] = WRITERS, full_warm_up: bool = False) -> dict[str, Any]:
+              writers: list[str] = WRITERS, full_warm_up: bool = False,
+              settle_s: float = SETTLE_S) -> dict[str, Any]:
     df = _input(spark, rows, size, partitions, lengths)
     topic = f"bench-sink-{size}-{codec}-{uuid.uuid4().hex[:6]}"
     admin.create_topic(topic, partitions)
@@ -194,6 +202,8 @@ def _scenario(spark: Any, admin: Any, meter: CpuMeter, bootstrap: str, rows: int
                codec)
     for run in range(runs):
         for writer in writers:
+            # What the broker still does for the previous write stays out of this one.
+            time.sleep(settle_s)
             if spy is not None and writer == "eos":
                 spy.start(f"eos-{size}-{codec}-{run}")
             log_bytes = log.stat().st_size if log is not None and log.exists() else 0
@@ -315,6 +325,8 @@ def main() -> int:
                              "and/or of one length: a scenario for each")
     parser.add_argument("--writers", nargs="+", default=WRITERS, choices=WRITERS)
     parser.add_argument("--commit-batches", type=int, default=20)
+    parser.add_argument("--settle-s", type=float, default=SETTLE_S,
+                        help="pause before each measured write (in no rate, no CPU figure)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--py-spy", type=Path, default=None,
                         help="record the Python workers of the exactly-once writes into this "
@@ -368,7 +380,8 @@ def main() -> int:
                 for codec, lengths in itertools.product(args.codecs, args.lengths):
                     medians = _scenario(spark, admin, meter, bootstrap, rows, size, codec,
                                         args.partitions, args.runs, spy, log, lengths,
-                                        args.writers, full_warm_up=not results)
+                                        args.writers, full_warm_up=not results,
+                                        settle_s=args.settle_s)
                     medians["lengths"] = lengths
                     results.append((size, codec, rows, medians))
                     _print_row(size, codec, rows, medians)

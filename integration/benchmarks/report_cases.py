@@ -262,7 +262,9 @@ def spark_read(spark: Any, cluster: KafkaCluster, config: Config, progress: Prog
 
 def _write_once(writer: str, df: Any, bootstrap: str, topic: str, codec: str,
                 rows: int) -> float:
-    """One bench_spark_sink write of the cached ``df``: rows/s."""
+    """One bench_spark_sink write of the cached ``df``: rows/s, after the pause that keeps the
+    broker's work for the previous write out of it (``bench_spark_sink.SETTLE_S``)."""
+    time.sleep(bench_spark_sink.SETTLE_S)
     started = time.perf_counter()
     bench_spark_sink._write(writer, df, bootstrap, topic, codec)
     return rows / (time.perf_counter() - started)
