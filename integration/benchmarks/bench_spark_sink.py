@@ -5,6 +5,7 @@ A script, not a test (``make bench-sink``)::
     python -m integration.benchmarks.bench_spark_sink [--bootstrap HOST:PORT] [--runs 3]
         [--rows 2000000] [--sizes 100 1024] [--codecs none lz4] [--partitions 4]
         [--profile] [--commit-batches 20] [--py-spy DIR] [--tcp-python-sockets]
+        [--settle-s 1.0] [--arrow-max-bytes N]
 
 Without ``--bootstrap`` it starts a one-node harness broker. The session runs Spark's Python
 workers over Unix domain sockets (``spark_settings``; ``--tcp-python-sockets`` for TCP). The
@@ -53,6 +54,13 @@ from pathlib import Path
 from typing import Any
 
 WRITERS = ["jvm", "eos", "alo", "noop"]
+# Seconds of pause before each measured write, in no rate and no CPU figure. The broker
+# keeps working for a while after the JVM sink's write returns: at 1 KB lz4 the writer that
+# came next paid up to 0.9 us per row more broker CPU (user time, not GC), whichever of eos
+# and alo it was, and little once a noop write (0.5 s) or a pause ran in between; in the
+# fixed order jvm, eos, alo, eos paid it every time (eos/alo 0.64-0.72 against 0.93-1.03;
+# 2026-11-25, 1 KB lz4, one run of 3-4 rounds per order).
+SETTLE_S = 1.0
 _COMMIT_LINE = re.compile(r"committed batch (\d+) \((\d+) transactions, \d+ records\) in "
                           r"(\d+) ms; slowest task by phase \(ms\): (\{.*\})")
 _BATCH_WRITE_LINE = re.compile(r"committed the batch write \(\d+ transactions, \d+ records\) in "
@@ -177,7 +185,8 @@ def _batch_write_phases(log: Path | None, since: int) -> dict[str, float]:
 def _scenario(spark: Any, admin: Any, meter: CpuMeter, bootstrap: str, rows: int, size: int,
               codec: str, partitions: int, runs: int, spy: Any = None,
               log: Path | None = None, lengths: str = "varied",
-              writers: list[str] = WRITERS, full_warm_up: bool = False) -> dict[str, Any]:
+              writers: list[str] = WRITERS, full_warm_up: bool = False,
+              settle_s: float = SETTLE_S) -> dict[str, Any]:
     df = _input(spark, rows, size, partitions, lengths)
     topic = f"bench-sink-{size}-{codec}-{uuid.uuid4().hex[:6]}"
     admin.create_topic(topic, partitions)
@@ -194,6 +203,8 @@ def _scenario(spark: Any, admin: Any, meter: CpuMeter, bootstrap: str, rows: int
                codec)
     for run in range(runs):
         for writer in writers:
+            # What the broker still does for the previous write stays out of this one.
+            time.sleep(settle_s)
             if spy is not None and writer == "eos":
                 spy.start(f"eos-{size}-{codec}-{run}")
             log_bytes = log.stat().st_size if log is not None and log.exists() else 0
@@ -315,6 +326,12 @@ def main() -> int:
                              "and/or of one length: a scenario for each")
     parser.add_argument("--writers", nargs="+", default=WRITERS, choices=WRITERS)
     parser.add_argument("--commit-batches", type=int, default=20)
+    parser.add_argument("--settle-s", type=float, default=SETTLE_S,
+                        help="pause before each measured write (in no rate, no CPU figure)")
+    parser.add_argument("--arrow-max-bytes", type=int, default=None,
+                        help="spark.sql.execution.arrow.maxBytesPerBatch for the writes (Spark's "
+                             "Arrow batches to the Python writers; default: Spark's own, "
+                             "batches of maxRecordsPerBatch=10000 rows)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--py-spy", type=Path, default=None,
                         help="record the Python workers of the exactly-once writes into this "
@@ -350,6 +367,11 @@ def main() -> int:
         spark = spark_session(fetch_spark_kafka_jars(),
                               conf=spark_settings.session_conf(args.tcp_python_sockets))
         spark.sparkContext.setLogLevel("ERROR")
+        if args.arrow_max_bytes is not None:
+            # 10,000 rows of 1 KB make 10 MB Arrow batches; capped at 2 MiB, Spark's JVM spent
+            # 0.3-0.7 us less CPU per row handing them to a noop writer (2026-11-25).
+            spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch",
+                           str(args.arrow_max_bytes))
         spark.dataSource.register(PyKafkaDataSource)
         spark.dataSource.register(_noop_source())
         with Admin.from_properties({"bootstrap.servers": bootstrap}) as admin:
@@ -368,7 +390,8 @@ def main() -> int:
                 for codec, lengths in itertools.product(args.codecs, args.lengths):
                     medians = _scenario(spark, admin, meter, bootstrap, rows, size, codec,
                                         args.partitions, args.runs, spy, log, lengths,
-                                        args.writers, full_warm_up=not results)
+                                        args.writers, full_warm_up=not results,
+                                        settle_s=args.settle_s)
                     medians["lengths"] = lengths
                     results.append((size, codec, rows, medians))
                     _print_row(size, codec, rows, medians)

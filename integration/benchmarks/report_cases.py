@@ -288,7 +288,9 @@ def _read_args(fmt: str, topic: str, records: int, size: int
 
 def _write_once(writer: str, df: Any, bootstrap: str, topic: str, codec: str,
                 rows: int) -> float:
-    """One bench_spark_sink write of the cached ``df``: rows/s."""
+    """One bench_spark_sink write of the cached ``df``: rows/s, after the pause that keeps the
+    broker's work for the previous write out of it (``bench_spark_sink.SETTLE_S``)."""
+    time.sleep(bench_spark_sink.SETTLE_S)
     started = time.perf_counter()
     bench_spark_sink._write(writer, df, bootstrap, topic, codec)
     return rows / (time.perf_counter() - started)
