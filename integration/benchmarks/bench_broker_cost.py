@@ -129,7 +129,7 @@ def main() -> int:
 
     values = pa.array(bench_values(1024, args.records), pa.binary())
     with KafkaCluster(nodes=1) as cluster:
-        pid = cluster._procs[cluster.node_ids[0]].pid
+        pid = cluster.pid(cluster.node_ids[0])
         assert cluster.work_dir is not None
         gc_log = cluster.work_dir / "broker-gc.log"
         jcmd = str(Path(java_executable()).parent / "jcmd")

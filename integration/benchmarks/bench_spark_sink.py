@@ -376,7 +376,7 @@ def main() -> int:
         spark.dataSource.register(_noop_source())
         with Admin.from_properties({"bootstrap.servers": bootstrap}) as admin:
             results = []
-            broker = cluster._procs[cluster.node_ids[0]].pid if cluster is not None else None
+            broker = cluster.pid(cluster.node_ids[0]) if cluster is not None else None
             meter = CpuMeter(spark, broker)
             spy = None
             if args.py_spy is not None:

@@ -93,20 +93,6 @@ def _produce(cluster: KafkaCluster, topic: str, records: int, value_bytes: int,
         timeout_s=900, heap_mb=512)
 
 
-def _broker_pid(cluster: KafkaCluster) -> int | None:
-    """The broker's process: the java process whose command line names the cluster's dir."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if "kafka.Kafka" in cmdline and str(cluster.work_dir) in cmdline:
-            return int(entry)
-    return None
-
-
 def _every_column(df: Any) -> list[Any]:
     from pyspark.sql import functions as F
 
@@ -392,7 +378,7 @@ def main() -> int:
     if args.py_spy is not None:
         args.py_spy.mkdir(parents=True, exist_ok=True)
     with KafkaCluster(nodes=1) as cluster:
-        meter = CpuMeter(_broker_pid(cluster))
+        meter = CpuMeter(cluster.pid(cluster.node_ids[0]))
         spy = PySpy(args.py_spy, meter)
         topics = {}
         for size in sizes:

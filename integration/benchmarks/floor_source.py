@@ -121,7 +121,7 @@ class _KafkaShape:
         self.partitions = int(options["partitions"])
         self.rows = int(options["rows"])
         self.value_bytes = int(options["valuebytes"])
-        self.batch_rows = int(options.get("batchrows", "1000"))
+        self.batch_rows = int(options.get("batchrows", "8192"))
         max_rows = options.get("maxoffsetspertrigger")
         self.max_rows = int(max_rows) if max_rows else None
 
@@ -129,21 +129,32 @@ class _KafkaShape:
         return self.rows // self.partitions
 
     def read(self, part: _Slice) -> Iterator[pa.RecordBatch]:
+        # Every column but the offsets is built once per read and sliced (no copy), so that
+        # next to nothing of a slice's cost is this source's own.
         size, rows = self.value_bytes, self.batch_rows
-        data = pa.py_buffer(b"v" * (size * rows))
+        value_offsets = pa.py_buffer(np.arange(0, (rows + 1) * size, size, dtype=np.int32))
+        constant = [
+            pa.nulls(rows, pa.binary()),
+            pa.Array.from_buffers(pa.binary(), rows,
+                                  [None, value_offsets, pa.py_buffer(b"v" * (size * rows))]),
+            pa.array(["floor"] * rows, pa.string()),
+            pa.array(np.full(rows, part.partition, dtype=np.int32)),
+            None,  # the offsets, per slice
+            pa.array(np.full(rows, 1_700_000_000_000_000, dtype=np.int64)).cast(
+                pa.timestamp("us", tz="UTC")),
+            pa.array(np.zeros(rows, dtype=np.int32))]
+        names = [name for name, _ in _KAFKA_FIELDS]
         for start in range(part.start, part.end, rows):
             n = min(rows, part.end - start)
-            offsets = pa.py_buffer(np.arange(0, (n + 1) * size, size, dtype=np.int32).tobytes())
-            values = pa.Array.from_buffers(pa.binary(), n, [None, offsets, data])
-            yield pa.RecordBatch.from_arrays([
-                pa.nulls(n, pa.binary()), values,
-                pa.array(["floor"] * n, pa.string()),
-                pa.array(np.full(n, part.partition, dtype=np.int32)),
-                pa.array(np.arange(start, start + n, dtype=np.int64)),
-                pa.array(np.full(n, 1_700_000_000_000_000, dtype=np.int64)).cast(
-                    pa.timestamp("us", tz="UTC")),
-                pa.array(np.zeros(n, dtype=np.int32))],
-                [name for name, _ in _KAFKA_FIELDS])
+            columns = [column.slice(0, n) if column is not None
+                       else pa.array(np.arange(start, start + n, dtype=np.int64))
+                       for column in constant]
+            yield pa.RecordBatch.from_arrays(columns, names)
+        # As pykafka's reads do (workerGcFreeze): else Spark's gc.collect() after each task
+        # walks the whole worker heap, a cost that is no Python source's necessarily.
+        from kafka_ds.spark.worker_gc import freeze_worker_heap
+
+        freeze_worker_heap()
 
 
 class _FloorKafkaBatch(DataSourceReader):

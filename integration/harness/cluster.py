@@ -209,6 +209,13 @@ class KafkaCluster:
                                   f"{sorted(pending)} pending; last check: {last_problem}")
             time.sleep(0.2)
 
+    def pid(self, node_id: int) -> int:
+        """The process id of a running node (for CPU and GC measurements)."""
+        proc = self._procs.get(node_id)
+        if proc is None or proc.poll() is not None:
+            raise self._error(f"node {node_id} is not running")
+        return proc.pid
+
     def is_running(self, node_id: int) -> bool:
         proc = self._procs.get(node_id)
         return proc is not None and proc.poll() is None
