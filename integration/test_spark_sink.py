@@ -385,7 +385,11 @@ def _wait_for_records(bootstrap: str, topic: str, count: int, timeout_s: float) 
     test's own assertion then reports what was there)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    # read_uncommitted: librdkafka's watermark query follows the consumer's isolation level,
+    # and its default (read_committed) answers the last stable offset, which an open
+    # transaction holds back: the wait then always ran out (120 s) before the failure.
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks",
+                         "isolation.level": "read_uncommitted"})
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
         deadline = time.monotonic() + timeout_s
