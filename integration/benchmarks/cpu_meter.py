@@ -35,12 +35,20 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def stat_at(path: Path) -> tuple[str, list[str]] | None:
+    """The name and the fields after it of a ``/proc/.../stat`` file (a process's, or a
+    thread's under ``task/``); None when it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = path.read_text()
     except OSError:
         return None
-    return stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+    # "pid (comm) state ...": comm may hold spaces and parentheses, so cut at the last ")".
+    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    stat = stat_at(Path(f"/proc/{pid}/stat"))
+    return None if stat is None else stat[1]
 
 
 def _cpu_s(fields: list[str], with_children: bool) -> float:

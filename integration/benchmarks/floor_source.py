@@ -78,14 +78,12 @@ class FloorSource(DataSource):
         return _FloorReader(int(self.options.get("rate", "200")))
 
 
-def register(spark: Any, *, rows: int = 600_000, value_bytes: int = 1000) -> None:
-    """Register the sources, pickled by value (the workers cannot import this module);
-    ``rows`` and ``value_bytes``: the Kafka-shaped one's topic unless its options say."""
+def register(spark: Any) -> None:
+    """Register the sources, pickled by value (the workers cannot import this module)."""
     import sys
 
     from pyspark import cloudpickle
 
-    _SHAPE_DEFAULTS.update(rows=str(rows), valuebytes=str(value_bytes))
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     spark.dataSource.register(FloorSource)
     spark.dataSource.register(FloorKafkaSource)
@@ -111,8 +109,17 @@ class _Slice(InputPartition):
         self.partition, self.start, self.end = partition, start, end
 
 
-# Defaults for the options, set by ``register`` (pickled with this module, by value).
+KAFKA_FORMAT = "kafka_ds_floor_kafka"
 _SHAPE_DEFAULTS = {"partitions": "4", "rows": "600000", "valuebytes": "1000"}
+
+
+def kafka_shape(rows: int, value_bytes: int, partitions: int = 4) -> tuple[int, dict[str, str]]:
+    """The reader options that make ``KAFKA_FORMAT`` a topic of about ``rows`` records of
+    ``value_bytes`` in ``partitions`` partitions, and the rows it then holds (whole
+    partitions: a read's row count can be checked against it)."""
+    whole = rows - rows % partitions
+    return whole, {"rows": str(whole), "valueBytes": str(value_bytes),
+                   "partitions": str(partitions)}
 
 
 class _KafkaShape:
@@ -203,7 +210,7 @@ class _FloorKafkaStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class FloorKafkaSource(DataSource):
     @classmethod
     def name(cls) -> str:
-        return "kafka_ds_floor_kafka"
+        return KAFKA_FORMAT
 
     def schema(self) -> StructType:
         return StructType([StructField(name, kind) for name, kind in _KAFKA_FIELDS])

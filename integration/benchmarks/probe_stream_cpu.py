@@ -47,11 +47,12 @@ from integration.benchmarks.bench_spark_source import (
     _stream,
 )
 from integration.benchmarks.cpu_meter import (
-    _TICKS_PER_S,
     CpuMeter,
     _children,
     _cmdline,
+    _cpu_s,
     _descendants,
+    stat_at,
 )
 from integration.harness.cluster import KafkaCluster
 from integration.harness.jars import fetch_spark_kafka_jars
@@ -61,13 +62,9 @@ _POLL_S = 0.02
 
 
 def _ticks(path: Path) -> tuple[str, float] | None:
-    try:
-        stat = path.read_text()
-    except OSError:
-        return None
-    name = stat[stat.index("(") + 1:stat.rindex(")")]
-    fields = stat[stat.rindex(")") + 2:].split()
-    return name, (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+    """A process's or thread's name and CPU seconds (without reaped children)."""
+    stat = stat_at(path)
+    return None if stat is None else (stat[0], _cpu_s(stat[1], with_children=False))
 
 
 def _thread_group(name: str) -> str:
@@ -152,11 +149,15 @@ def _print(label: str, result: dict[str, Any]) -> None:
             print(f"   proc   {cpu:6.2f}  {name}")
 
 
-def _format(label: str) -> tuple[str, dict[str, str]]:
-    """``pykafka:mergeRangesBelowOffsets=80000,...``: a format with extra reader options."""
+def _format(label: str, records: int, value_bytes: int) -> tuple[str, int, dict[str, str]]:
+    """``pykafka:mergeRangesBelowOffsets=80000,...``: a format with extra reader options; the
+    rows a read of it holds (the no-I/O source makes up a topic of the same shape)."""
     fmt, _, given = label.partition(":")
     options = dict(item.split("=", 1) for item in given.split(",") if item)
-    return fmt, options
+    if fmt == floor_source.KAFKA_FORMAT:
+        records, shape = floor_source.kafka_shape(records, value_bytes, PARTITIONS)
+        options = {**shape, **options}
+    return fmt, records, options
 
 
 def main() -> int:
@@ -186,7 +187,7 @@ def main() -> int:
             sys.executable = args.python_exec
         spark = spark_session(fetch_spark_kafka_jars(), app_name="probe_stream_cpu",
                               conf=conf)
-        floor_source.register(spark, rows=args.records, value_bytes=args.value_bytes)
+        floor_source.register(spark)
         jvm_pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
         bootstrap = cluster.bootstrap()
         formats = args.formats.split(",")
@@ -194,12 +195,12 @@ def main() -> int:
         if args.py_spy is not None:
             args.py_spy.mkdir(parents=True, exist_ok=True)
         for label in formats:  # warm up
-            fmt, options = _format(label)
-            _batch(spark, fmt, bootstrap, topic, args.records, options=options)
-            _stream(spark, fmt, bootstrap, topic, args.records, options=options)
+            fmt, records, options = _format(label, args.records, args.value_bytes)
+            _batch(spark, fmt, bootstrap, topic, records, options=options)
+            _stream(spark, fmt, bootstrap, topic, records, options=options)
         for round_index in range(args.runs):
             for label in formats:
-                fmt, options = _format(label)
+                fmt, records, options = _format(label, args.records, args.value_bytes)
                 for mode, read in (("batch", _batch), ("stream", _stream)):
                     print(f"-- {label} {mode} round {round_index} starts at {time.time():.3f}",
                           flush=True)
@@ -207,7 +208,7 @@ def main() -> int:
                         spy.start(f"{mode}-{round_index}")
                     try:
                         result = _measure(jvm_pid, read, options, spark, fmt, bootstrap,
-                                          topic, args.records)
+                                          topic, records)
                     finally:
                         spy.stop()
                     _print(f"{label} {mode} round {round_index} ({PARTITIONS} partitions, "

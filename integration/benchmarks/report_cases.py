@@ -270,20 +270,18 @@ def spark_read(spark: Any, cluster: KafkaCluster, config: Config, progress: Prog
     return out
 
 
-FLOOR = "kafka_ds_floor_kafka"
+FLOOR = floor_source.KAFKA_FORMAT
 FLOOR_NAME = "no-I/O Python source"
 
 
 def _read_args(fmt: str, topic: str, records: int, size: int
                ) -> tuple[str, int, None, dict[str, str]]:
     """``(topic, records, meter, options)`` for bench_spark_source's reads of ``fmt``: the
-    floor makes up a topic of ``records`` rows of ``size`` bytes in its 4 partitions (whole
-    partitions, so the row count checks hold)."""
+    floor makes up a topic of the same rows in bench_spark_source's partitions."""
     if fmt != FLOOR:
         return topic, records, None, {}
-    whole = records - records % bench_spark_source.PARTITIONS
-    return topic, whole, None, {"rows": str(whole), "valueBytes": str(size),
-                                "partitions": str(bench_spark_source.PARTITIONS)}
+    whole, options = floor_source.kafka_shape(records, size, bench_spark_source.PARTITIONS)
+    return topic, whole, None, options
 
 
 def _write_once(writer: str, df: Any, bootstrap: str, topic: str, codec: str,
