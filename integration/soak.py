@@ -27,31 +27,10 @@ import threading
 import time
 from pathlib import Path
 
-from integration.benchmarks.cpu_meter import rss_mib
 from integration.harness.cluster import KafkaCluster
+from integration.harness.procfs import cmdline, descendants, rss_mib
 from integration.pipeline_run import PipelineRun
 from kafka_ds.client.producer import Producer
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            tree.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
-    return tree
-
-
-def _descendants(root: int) -> list[int]:
-    tree, found, todo = _children(), [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(tree.get(pid, []))
-    return found
 
 
 def _sockets(pid: int) -> int:
@@ -69,10 +48,7 @@ def _sockets(pid: int) -> int:
 
 
 def _is_jvm(pid: int) -> bool:
-    try:
-        return b"java" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-    except OSError:
-        return False
+    return "java" in cmdline(pid).split(" ", 1)[0]
 
 
 def _committed_offsets(checkpoint: Path) -> int:
@@ -143,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(min(args.interval_s, left_s))
             if running[0].poll() is not None:
                 break
-            pids = _descendants(driver)
+            pids = [driver, *descendants(driver)]
             jvm = [p for p in pids if _is_jvm(p)]
             python = [p for p in pids if p not in jvm]
             end = sum(kafka_end_offsets(kafka, pipe.input_topic))

@@ -44,17 +44,12 @@ from typing import Any
 
 from integration.benchmarks.bench_fetcher import _payload_file
 from integration.benchmarks.bench_producer import bench_values
-from integration.benchmarks.cpu_meter import _cpu_s, _stat_fields
 from integration.harness.cluster import KafkaCluster, java_executable
+from integration.harness.procfs import cpu_s_of
 
 PARTITIONS = 4
 SEND_RECORDS = 10_000  # rows per send_arrow call: Spark's Arrow batch size
 _TAIL_S = 1.0  # the broker's own work after the last acknowledgement (flushes, markers)
-
-
-def _broker_cpu_s(pid: int) -> float:
-    fields = _stat_fields(pid)
-    return _cpu_s(fields, with_children=True) if fields else 0.0
 
 
 def _ours(bootstrap: str, topic: str, values: Any, codec: str, batch_bytes: int,
@@ -142,11 +137,11 @@ def main() -> int:
                 kind, *sizes = config.split(":")
                 topic = f"bench-cost-{uuid.uuid4().hex[:8]}"
                 cluster.create_topic(topic, PARTITIONS)
-                idle_start = _broker_cpu_s(pid)
+                idle_start = cpu_s_of(pid)
                 time.sleep(2.0)
-                idle_cpu_per_s = (_broker_cpu_s(pid) - idle_start) / 2.0
+                idle_cpu_per_s = (cpu_s_of(pid) - idle_start) / 2.0
                 log_bytes = gc_log.stat().st_size if gc_log.exists() else 0
-                cpu_start, wall_start = _broker_cpu_s(pid), time.perf_counter()
+                cpu_start, wall_start = cpu_s_of(pid), time.perf_counter()
                 if kind == "java":
                     stats = _java(cluster, topic, args.records, args.codec, int(sizes[0]), txn)
                 else:
@@ -154,7 +149,7 @@ def main() -> int:
                                   int(sizes[0]), int(sizes[1]), txn)
                 wall_s = time.perf_counter() - wall_start
                 time.sleep(_TAIL_S)
-                broker_s = (_broker_cpu_s(pid) - cpu_start
+                broker_s = (cpu_s_of(pid) - cpu_start
                             - idle_cpu_per_s * (wall_s + _TAIL_S))
                 stats = {"broker_us": broker_s / args.records * 1e6, **stats,
                          **_gc_counts(gc_log, log_bytes)}

@@ -53,6 +53,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from integration.harness.procfs import cpu_s_of, descendants
+
 WRITERS = ["jvm", "eos", "alo", "noop"]
 # Seconds of pause before each measured write, in no rate and no CPU figure. The broker
 # keeps working for a while after the JVM sink's write returns: at 1 KB lz4 the writer that
@@ -124,36 +126,6 @@ def _write(writer: str, df: Any, bootstrap: str, topic: str, codec: str) -> None
     out.mode("append").save()
 
 
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _stat(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return []
-
-
-def _cpu_s(pid: int, children: bool = True) -> float:
-    """CPU seconds of ``pid`` (and of its children it reaped): utime, stime, cutime, cstime."""
-    fields = _stat(pid)
-    if not fields:
-        return 0.0
-    ticks = [int(value) for value in fields[11:15]]
-    return sum(ticks if children else ticks[:2]) / _TICK
-
-
-def _descendants(root: int) -> list[int]:
-    parents = {int(p.name): int(fields[1]) for p in Path("/proc").iterdir()
-               if p.name.isdigit() and (fields := _stat(int(p.name)))}
-    found, frontier = [], [root]
-    while frontier:
-        children = [pid for pid, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return found
-
-
 class CpuMeter:
     """CPU seconds spent by the broker, the Spark JVM and its Python workers: where the time
     of a write goes on a machine where all three share the cores."""
@@ -163,9 +135,9 @@ class CpuMeter:
         self.broker_pid = broker_pid
 
     def sample(self) -> dict[str, float]:
-        return {"broker": _cpu_s(self.broker_pid) if self.broker_pid else 0.0,
-                "jvm": _cpu_s(self.jvm_pid, children=False),
-                "python": sum(_cpu_s(pid) for pid in _descendants(self.jvm_pid))}
+        return {"broker": cpu_s_of(self.broker_pid) if self.broker_pid else 0.0,
+                "jvm": cpu_s_of(self.jvm_pid, with_children=False),
+                "python": sum(cpu_s_of(pid) for pid in descendants(self.jvm_pid))}
 
 
 def _batch_write_phases(log: Path | None, since: int) -> dict[str, float]:

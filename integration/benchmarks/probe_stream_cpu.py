@@ -46,16 +46,10 @@ from integration.benchmarks.bench_spark_source import (
     _produce,
     _stream,
 )
-from integration.benchmarks.cpu_meter import (
-    CpuMeter,
-    _children,
-    _cmdline,
-    _cpu_s,
-    _descendants,
-    stat_at,
-)
+from integration.benchmarks.cpu_meter import CpuMeter
 from integration.harness.cluster import KafkaCluster
 from integration.harness.jars import fetch_spark_kafka_jars
+from integration.harness.procfs import children_by_parent, cmdline, cpu_s, descendants, stat_at
 from integration.harness.spark import spark_session
 
 _POLL_S = 0.02
@@ -64,7 +58,7 @@ _POLL_S = 0.02
 def _ticks(path: Path) -> tuple[str, float] | None:
     """A process's or thread's name and CPU seconds (without reaped children)."""
     stat = stat_at(path)
-    return None if stat is None else (stat[0], _cpu_s(stat[1], with_children=False))
+    return None if stat is None else (stat[0], cpu_s(stat[1], with_children=False))
 
 
 def _thread_group(name: str) -> str:
@@ -87,12 +81,12 @@ class Poller:
             got = _ticks(Path(f"/proc/{self.jvm_pid}/task/{entry}/stat"))
             if got is not None:
                 self.threads[int(entry)] = got
-        for pid in _descendants(self.jvm_pid, _children()):
+        for pid in descendants(self.jvm_pid, children_by_parent()):
             got = _ticks(Path(f"/proc/{pid}/stat"))
             if got is None:
                 continue
             if pid not in self.procs:
-                cmd = _cmdline(pid).strip()
+                cmd = cmdline(pid).strip()
                 self.procs[pid] = (cmd[-60:], got[1])
             else:
                 self.procs[pid] = (self.procs[pid][0], got[1])

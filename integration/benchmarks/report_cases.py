@@ -36,9 +36,9 @@ from integration.benchmarks import (
     bench_spark_source,
     floor_source,
 )
-from integration.benchmarks.cpu_meter import rss_mib
 from integration.benchmarks.report_writer import Latency, Measurement, MemoryTrace, Target
 from integration.harness.cluster import KafkaCluster
+from integration.harness.procfs import cpu_s_of, descendants, rss_mib
 
 ROOT = Path(__file__).resolve().parents[2]
 JVM = "kafka (JVM)"
@@ -360,9 +360,9 @@ def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
         assert rows == (records if end is None else end), rows
 
     read(1000)  # start the Python worker, connect, import
-    pids = bench_spark_sink._descendants(jvm_pid)
+    pids = descendants(jvm_pid)
     baseline = {pid: rss_mib(pid) for pid in pids}
-    cpu_before = {pid: bench_spark_sink._cpu_s(pid, children=False) for pid in pids}
+    cpu_before = {pid: cpu_s_of(pid, with_children=False) for pid in pids}
     seconds: list[float] = []
     rss: dict[int, list[float]] = {}
     done = threading.Event()
@@ -372,7 +372,7 @@ def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
         while not done.is_set():
             now = time.perf_counter()
             if now - refreshed > 1.0:  # a worker forked during the read
-                pids[:] = bench_spark_sink._descendants(jvm_pid)
+                pids[:] = descendants(jvm_pid)
                 refreshed = now
             seconds.append(now - began)
             for pid in pids:
@@ -386,7 +386,7 @@ def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
     finally:
         done.set()
         sampler.join(10)
-    worker = max(rss, key=lambda pid: bench_spark_sink._cpu_s(pid, children=False)
+    worker = max(rss, key=lambda pid: cpu_s_of(pid, with_children=False)
                  - cpu_before.get(pid, 0.0))
     trace = MemoryTrace(records * size, bound, seconds, rss[worker], baseline.get(worker, 0.0))
     progress(f"memory: {records * size / 1e6:.0f} MB read by one task, worker RSS "

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from . import nodeconf, procs
+from . import nodeconf, procfs, procs
 
 _MASTER = "org.apache.spark.deploy.master.Master"
 _WORKER = "org.apache.spark.deploy.worker.Worker"
@@ -138,24 +138,18 @@ class StandaloneCluster:
     def executor_pids(self) -> list[int]:
         """Process ids of the executor JVMs this cluster's workers run now."""
         workers = [f"127.0.0.1:{port}" for port in self._worker_ports[0::2]]
-        pids = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            cmdline = _cmdline(int(entry.name))
-            if _EXECUTOR in cmdline and any(worker in cmdline for worker in workers):
-                pids.append(int(entry.name))
-        return sorted(pids)
+        return sorted(pid for pid in procfs.pids()
+                      if _EXECUTOR in (line := procfs.cmdline(pid))
+                      and any(worker in line for worker in workers))
 
     def executor_of(self, pid: int) -> int | None:
         """The executor JVM that ``pid`` (e.g. one of its Python workers) descends from."""
         executors = set(self.executor_pids())
         while pid > 1 and pid not in executors:
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
-            except OSError:
+            parent = procfs.parent_of(pid)
+            if parent is None:
                 return None
-            pid = int(stat.rsplit(")", 1)[1].split()[1])
+            pid = parent
         return pid if pid in executors else None
 
     def stop(self) -> None:
@@ -163,9 +157,3 @@ class StandaloneCluster:
         self._procs.clear()
         shutil.rmtree(self.work_dir, ignore_errors=True)
 
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
