@@ -31,7 +31,7 @@ from kafka_ds.protocol.header import (
     response_header_is_flexible,
     write_request_header,
 )
-from kafka_ds.protocol.schema import ApiMessage, Request, decode_exact, encode
+from kafka_ds.protocol.schema import ApiMessage, Request, carries_records, decode_exact, encode
 
 _SIZE = p.INT32
 
@@ -91,11 +91,11 @@ class ProtocolConnection:
                             expect_response: bool = True
                             ) -> tuple[int, list[memoryview | bytes]]:
         """As ``send_request``, but the frame is the returned pieces in order, large ``bytes``
-        fields (record batches) among them uncopied (``frame_pieces``). Only Produce carries
-        such fields; any other request is framed as one piece, since a ``PiecedFrame``'s
-        Python-level ``+=`` nearly doubles the cost of encoding many small fields (a Fetch of
-        100 partitions: 194 -> 359 us)."""
-        if request.API_KEY != ApiKey.PRODUCE:
+        fields (record batches) among them uncopied (``frame_pieces``). Only a request that
+        carries records (Produce) is framed so; any other is one piece, since a
+        ``PiecedFrame``'s Python-level ``+=`` nearly doubles the cost of encoding many small
+        fields (a Fetch of 100 partitions: 194 -> 359 us)."""
+        if not carries_records(type(request)):
             correlation_id, frame = self.send_request(request, api_version, expect_response)
             return correlation_id, [memoryview(frame)]
         out = PiecedFrame(_SIZE.size)

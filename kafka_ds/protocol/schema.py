@@ -477,8 +477,25 @@ def field_specs(cls: type[Struct]) -> list[tuple[str, FieldSpec]]:
     return [(plan.name, plan.spec) for plan in _field_plans(cls)]
 
 
+_CARRIES_RECORDS: dict[type[Struct], bool] = {}
+
+
+def carries_records(cls: type[Struct]) -> bool:
+    """Whether ``cls`` holds a ``records`` field at any depth: the messages (Produce requests,
+    Fetch responses) whose large byte strings are worth keeping out of copies. Asked per
+    request sent, so the answer is kept per class."""
+    known = _CARRIES_RECORDS.get(cls)
+    if known is None:
+        known = _CARRIES_RECORDS[cls] = any(
+            wire_type is RECORDS or (isinstance(wire_type, type) and carries_records(wire_type))
+            for wire_type in (spec.type.element if isinstance(spec.type, Array) else spec.type
+                              for _, spec in field_specs(cls)))
+    return known
+
+
 __all__ = [
     "BOOL", "BYTES", "FLOAT64", "INT8", "INT16", "INT32", "INT64", "RECORDS", "STRING",
     "UINT16", "UUID", "ApiMessage", "Array", "FieldSpec", "Request", "Response", "Struct",
-    "VersionRange", "decode", "decode_exact", "encode", "f", "field_specs", "uuid", "versions",
+    "VersionRange", "carries_records", "decode", "decode_exact", "encode", "f", "field_specs",
+    "uuid", "versions",
 ]

@@ -27,6 +27,7 @@ from kafka_ds.protocol.schema import (
     Scalar,
     Struct,
     VersionRange,
+    carries_records,
     field_specs,
     versions,
 )
@@ -145,6 +146,23 @@ def test_schema_matches_kafka_spec(message: type[ApiMessage]) -> None:
     problems: list[str] = []
     _compare_struct(message, spec["fields"], common, within, message.__name__, problems)
     assert not problems, "\n".join(problems)
+
+
+def _has_records(node: Any) -> bool:
+    if isinstance(node, dict):
+        return node.get("type") in ("records", "[]records") or any(
+            _has_records(value) for value in node.values())
+    return isinstance(node, list) and any(_has_records(item) for item in node)
+
+
+@pytest.mark.skipif(not SPEC_DIR.is_dir(), reason=f"Kafka message specs not found at {SPEC_DIR}")
+def test_the_messages_that_carry_records_are_those_whose_spec_has_a_records_field() -> None:
+    # A connection frames these in pieces so that their record batches are not copied.
+    ours = {cls.__name__ for cls in message_classes() if carries_records(cls)}
+    theirs = {cls.__name__ for cls in message_classes()
+              if _has_records(_load_spec(cls.__name__))}
+    assert ours == theirs
+    assert "ProduceRequest" in ours and "FetchRequest" not in ours
 
 
 def test_every_request_names_its_response() -> None:
