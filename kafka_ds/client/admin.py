@@ -344,10 +344,10 @@ class Admin:
         described: dict[str, DescribedTransaction] = {}
         while pending:
             by_node: dict[int, list[str]] = defaultdict(list)
+            nodes = self.cluster.coordinators(CoordinatorType.TRANSACTION, pending,
+                                              timeout_ms=timeout_ms)
             for transactional_id in pending:
-                node_id = self.cluster.coordinator(CoordinatorType.TRANSACTION, transactional_id,
-                                                   timeout_ms=timeout_ms)
-                by_node[node_id].append(transactional_id)
+                by_node[nodes[transactional_id]].append(transactional_id)
             client = self.cluster.client
             futures = [(ids, client.send(node_id, DescribeTransactionsRequest(
                 transactional_ids=ids), timeout_ms=timeout_ms))
