@@ -503,6 +503,13 @@ class Producer(ProducerTransactions):
                                     f"max.block.ms ({timeout_ms} ms)") from None
         return meta
 
+    def prefetch_metadata(self, topic: str) -> None:
+        """Ask for ``topic``'s metadata now, without waiting: what the first send to it
+        would otherwise wait for goes out beside the producer's next requests (e.g. before
+        ``init_transactions()``, whose round trips then cover it)."""
+        if topic and topic not in self._sender.topic_meta:
+            self._sender.submit(lambda sender: sender.prefetch_topic(topic))
+
     def partitions_for(self, topic: str) -> list[int]:
         """The partition ids of ``topic`` (fetching its metadata if needed)."""
         meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)

@@ -126,6 +126,7 @@ class Sender:
         self._topics: set[str] = set()
         self._metadata_stale = False
         self._metadata_at_ms = 0
+        self._prefetch: RequestFuture[Any] | None = None  # a Metadata request not waited for
         self._tasks: deque[tuple[Callable[[Sender], Any], Future[Any]]] = deque()
         self._in_flight: dict[int, int] = {}
         self._in_flight_batches: set[ProducerBatch] = set()
@@ -280,12 +281,40 @@ class Sender:
         partition_info = info.partitions.get(partition)
         return -1 if partition_info is None else partition_info.leader_id
 
+    def prefetch_topic(self, topic: str) -> None:
+        """(On the sender thread) ask for ``topic``'s metadata without waiting for the
+        answer: the thread goes on with its next task (a transactional producer's
+        FindCoordinator and InitProducerId, whose round trips cover this one), and the first
+        send to the topic takes the answer (``topic_metadata``)."""
+        if topic in self.topic_meta or self._prefetch is not None:
+            return
+        try:
+            self._prefetch = self.cluster.request_metadata([topic])
+        except KafkaDsError as exc:  # the first send asks again, with the usual retries
+            log.debug("metadata prefetch of %r not sent: %s", topic, exc)
+
+    def _take_prefetch(self, topic: str, timeout_ms: int) -> bool:
+        """Apply the prefetched answer, if any; True when it gave ``topic`` with a leader
+        for every partition (what ``Cluster.topic`` waits for)."""
+        future, self._prefetch = self._prefetch, None
+        if future is None:
+            return False
+        self.client.poll_until(future.done, timeout_ms)
+        if not future.done() or future.failed():
+            return False
+        self.cluster.apply_metadata(future.result())
+        self._publish()
+        info = self.cluster.topics.get(topic)
+        return info is not None and all(p.leader_id >= 0 for p in info.partitions.values())
+
     def topic_metadata(self, topic: str, timeout_ms: int) -> TopicMeta:
         """(On the sender thread) metadata of ``topic``, fetched if unknown."""
         self._topics.add(topic)
         meta = self.topic_meta.get(topic)
         if meta is not None:
             return meta
+        if self._take_prefetch(topic, timeout_ms):
+            return self.topic_meta[topic]
         self.cluster.topic(topic, timeout_ms=timeout_ms)
         self._publish()
         return self.topic_meta[topic]
