@@ -504,9 +504,9 @@ class Producer(ProducerTransactions):
         return meta
 
     def prefetch_metadata(self, topic: str) -> None:
-        """Ask for ``topic``'s metadata now, without waiting: what the first send to it
-        would otherwise wait for goes out beside the producer's next requests (e.g. before
-        ``init_transactions()``, whose round trips then cover it)."""
+        """Ask for ``topic``'s metadata before the first send to it, without waiting: call it
+        before ``init_transactions()``, which sends it beside InitProducerId (another
+        connection), so that the first send finds it."""
         if topic and topic not in self._sender.topic_meta:
             self._sender.submit(lambda sender: sender.prefetch_topic(topic))
 

@@ -126,6 +126,7 @@ class Sender:
         self._topics: set[str] = set()
         self._metadata_stale = False
         self._metadata_at_ms = 0
+        self._prefetch_topic: str | None = None  # metadata wanted soon (prefetch_topic)
         self._prefetch: RequestFuture[Any] | None = None  # a Metadata request not waited for
         self._tasks: deque[tuple[Callable[[Sender], Any], Future[Any]]] = deque()
         self._in_flight: dict[int, int] = {}
@@ -282,11 +283,17 @@ class Sender:
         return -1 if partition_info is None else partition_info.leader_id
 
     def prefetch_topic(self, topic: str) -> None:
-        """(On the sender thread) ask for ``topic``'s metadata without waiting for the
-        answer: the thread goes on with its next task (a transactional producer's
-        FindCoordinator and InitProducerId, whose round trips cover this one), and the first
-        send to the topic takes the answer (``topic_metadata``)."""
-        if topic in self.topic_meta or self._prefetch is not None:
+        """(On the sender thread) note that ``topic``'s metadata is wanted soon: the request
+        goes out without waiting for its answer at ``send_prefetch`` (a transactional
+        producer's InitProducerId calls it, so that the two travel side by side on two
+        connections), and the first send to the topic takes the answer."""
+        if topic not in self.topic_meta and self._prefetch is None:
+            self._prefetch_topic = topic
+
+    def send_prefetch(self) -> None:
+        """Send the Metadata request ``prefetch_topic`` asked for, if any; never waits."""
+        topic, self._prefetch_topic = self._prefetch_topic, None
+        if topic is None or topic in self.topic_meta:
             return
         try:
             self._prefetch = self.cluster.request_metadata([topic])
@@ -297,6 +304,7 @@ class Sender:
         """Apply the prefetched answer, if any; True when it gave ``topic`` with a leader
         for every partition (what ``Cluster.topic`` waits for)."""
         future, self._prefetch = self._prefetch, None
+        self._prefetch_topic = None
         if future is None:
             return False
         self.client.poll_until(future.done, timeout_ms)

@@ -350,7 +350,14 @@ class TransactionManager:
                 producer_id=state.producer_id if current else -1,
                 producer_epoch=state.producer_epoch if current else -1), version
 
-        response = self._coordinator(sender).call(build, "InitProducerId", timeout_ms)
+        coordinator = self._coordinator(sender)
+        # The coordinator first: a Metadata prefetch (Producer.prefetch_metadata) then goes
+        # out on the connection that looked it up while InitProducerId, on the coordinator's
+        # connection, is waited for. A failed lookup is retried by call().
+        with contextlib.suppress(KafkaDsError):
+            coordinator.node(timeout_ms)
+        sender.send_prefetch()
+        response = coordinator.call(build, "InitProducerId", timeout_ms)
         if response.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT:
             raise TransactionFatalError(
                 f"transaction.timeout.ms={self.transaction_timeout_ms} is not accepted by the "
