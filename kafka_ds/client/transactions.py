@@ -352,8 +352,9 @@ class TransactionManager:
 
         coordinator = self._coordinator(sender)
         # The coordinator first: a Metadata prefetch (Producer.prefetch_metadata) then goes
-        # out on the connection that looked it up while InitProducerId, on the coordinator's
-        # connection, is waited for. A failed lookup is retried by call().
+        # out just before InitProducerId and is answered while it is waited for (on the
+        # connection that looked the coordinator up, which is the coordinator's own when the
+        # bootstrap address is its address). A failed lookup is retried by call().
         with contextlib.suppress(KafkaDsError):
             coordinator.node(timeout_ms)
         sender.send_prefetch()
