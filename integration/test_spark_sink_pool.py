@@ -24,6 +24,7 @@ from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.txn_state import TxnState
 from kafka_ds.spark import sink_pool, sink_task
 from kafka_ds.spark.sink_commit import BatchCommit
+from kafka_ds.spark.sink_intent import IntentStore
 from kafka_ds.spark.sink_messages import SinkBatchAbortedError, SinkCommitMessage, TaskOutcome
 from kafka_ds.spark.sink_options import InputColumns, parse_sink_options
 
@@ -158,8 +159,14 @@ def test_a_streaming_commit_checks_its_transactions_while_it_reads_the_intent(
             sent.clear()
             BatchCommit(options, messages, batch_id, None, 60_000).commit()
             expected += values
-        # Batch 1 found batch 0's intent: its ListOffsets came after DescribeTransactions.
+        # Batch 1 found batch 0's intent: its ListOffsets came after DescribeTransactions,
+        # and one Fetch without a session read it (no second one to close a session).
         assert sent.index("DESCRIBE_TRANSACTIONS") < sent.index("LIST_OFFSETS"), sent
+        assert sent.count("FETCH") == 1, sent
+        store = IntentStore(cluster, options.properties, options.intent_topic_for(prefix),
+                            prefix)
+        intent = store.latest("q")
+        assert intent is not None and intent.batch_id == 1 and len(intent.transactions) == 2
         records = read_committed(kafka.bootstrap(), topic, expect=len(expected))
         assert sorted(r.value or b"" for r in records) == sorted(expected)
         messages, _ = micro_batch(2)
