@@ -505,8 +505,8 @@ class Producer(ProducerTransactions):
 
     def prefetch_metadata(self, topic: str) -> None:
         """Ask for ``topic``'s metadata before the first send to it, without waiting: call it
-        before ``init_transactions()``, which sends it beside InitProducerId (another
-        connection), so that the first send finds it."""
+        before ``init_transactions()``, which sends it just before InitProducerId (answered
+        while that is waited for), so that the first send finds it."""
         if topic and topic not in self._sender.topic_meta:
             self._sender.submit(lambda sender: sender.prefetch_topic(topic))
 

@@ -129,11 +129,13 @@ class _Coordinator:
                                         timeout_ms=timeout_ms)
 
     def call(self, build: Any, what: str, timeout_ms: int,
-             error_of: Any = lambda response: response.error_code) -> Any:
+             error_of: Any = lambda response: response.error_code,
+             on_node: Callable[[], None] | None = None) -> Any:
         """Send ``build(version_for)`` until its error is not retriable; returns the response.
 
         ``build(connection)`` returns (request, version). Retries CONCURRENT_TRANSACTIONS
         and coordinator moves within ``timeout_ms``; returns responses with other errors.
+        ``on_node()`` runs once, when the coordinator is first known, before the request.
         """
         client = self.cluster.client
         deadline_ms = client.clock.monotonic_ms() + timeout_ms
@@ -144,6 +146,10 @@ class _Coordinator:
             code: int
             try:
                 node = self.node(remaining_ms)
+                if on_node is not None:
+                    first_call = on_node
+                    on_node = None
+                    first_call()
                 request, version = build(client.connection(node))
                 response = client.request(node, request, timeout_ms=remaining_ms,
                                           version=version)
@@ -350,15 +356,12 @@ class TransactionManager:
                 producer_id=state.producer_id if current else -1,
                 producer_epoch=state.producer_epoch if current else -1), version
 
-        coordinator = self._coordinator(sender)
-        # The coordinator first: a Metadata prefetch (Producer.prefetch_metadata) then goes
-        # out just before InitProducerId and is answered while it is waited for (on the
-        # connection that looked the coordinator up, which is the coordinator's own when the
-        # bootstrap address is its address). A failed lookup is retried by call().
-        with contextlib.suppress(KafkaDsError):
-            coordinator.node(timeout_ms)
-        sender.send_prefetch()
-        response = coordinator.call(build, "InitProducerId", timeout_ms)
+        # A Metadata prefetch (Producer.prefetch_metadata) goes out once the coordinator is
+        # known, just before InitProducerId, and is answered while it is waited for (on the
+        # connection that looked the coordinator up: the coordinator's own when the bootstrap
+        # address is its address).
+        response = self._coordinator(sender).call(build, "InitProducerId", timeout_ms,
+                                                  on_node=sender.send_prefetch)
         if response.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT:
             raise TransactionFatalError(
                 f"transaction.timeout.ms={self.transaction_timeout_ms} is not accepted by the "
