@@ -274,15 +274,13 @@ def test_prefetched_metadata_goes_out_before_init_and_serves_the_first_send(
     with _producer(cluster, f"t-{uuid.uuid4().hex}") as producer:
         client = producer._sender.client
         sent: list[str] = []
-        for name in ("send", "request"):
-            original = getattr(client, name)
+        original = client.send  # every request goes through it (request() included)
 
-            def recording(node: int, request: Any, *args: Any, _original: Any = original,
-                          **kwargs: Any) -> Any:
-                sent.append(ApiKey(request.API_KEY).name)
-                return _original(node, request, *args, **kwargs)
+        def recording(node: int, request: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(ApiKey(request.API_KEY).name)
+            return original(node, request, *args, **kwargs)
 
-            setattr(client, name, recording)
+        client.send = recording  # type: ignore[method-assign]
         producer.prefetch_metadata(topic)
         producer.init_transactions()
         producer.begin_transaction()

@@ -125,7 +125,11 @@ class Sender:
         self.topic_meta: dict[str, TopicMeta] = {}
         self._topics: set[str] = set()
         self._metadata_stale = False
-        self._metadata_at_ms = 0
+        # Topics are fetched when first sent to (topic_metadata); the periodic refresh starts
+        # from now. From 0, the loop's first pass refreshed at once: when the first send came
+        # within that pass (a transactional producer's init and begin run there), its topic
+        # was asked for twice, the second time before the first Produce.
+        self._metadata_at_ms = clock.monotonic_ms()
         self._prefetch_topic: str | None = None  # metadata wanted soon (prefetch_topic)
         self._prefetch: RequestFuture[Any] | None = None  # a Metadata request not waited for
         self._tasks: deque[tuple[Callable[[Sender], Any], Future[Any]]] = deque()
