@@ -361,30 +361,3 @@ def test_a_connection_closed_between_polls_is_replaced_on_a_reused_fd(kafka: Kaf
         # The replacement works: a metadata request goes over it and gets its answer.
         cluster.refresh(timeout_ms=10_000)
         assert client.connection(node_id) is new and new.connected
-
-
-@pytest.mark.parametrize("listener", ["PLAINTEXT", "SASL_SSL"])
-def test_the_bootstrap_connection_becomes_its_brokers_connection(kafka: KafkaCluster, topic,
-                                                                 listener: str) -> None:
-    """A new client's first lookup goes over the bootstrap connection; when the broker it
-    names advertises that very address, its requests go on over that connection instead of
-    a second connect (TCP, ApiVersions, TLS and SASL handshakes) in a row."""
-    props = kafka_ds_properties(kafka, listener,
-                                **({"mechanism": "SCRAM-SHA-256"} if "SASL" in listener else {}))
-    with _connect(props) as cluster:
-        cluster.refresh([topic])
-        bootstrap = cluster.client.any_connection()
-        node = cluster.leader_for(topic, 0)
-        assert bootstrap.node_id < 0 and cluster.brokers[node].port == bootstrap.port
-        assert cluster.client.connection(node) is bootstrap and bootstrap.node_id == node
-        assert cluster.client.metrics.connections_opened == 1
-        assert cluster.topic(topic).partition_count == 1  # requests still flow
-        # Not the same address (a name for it, here): its own connection.
-        port = props["bootstrap.servers"].rsplit(":", 1)[1]
-        props["bootstrap.servers"] = f"localhost:{port}"
-    with _connect(props) as cluster:
-        cluster.refresh([topic])
-        bootstrap = cluster.client.any_connection()
-        node = cluster.leader_for(topic, 0)
-        assert cluster.client.connection(node) is not bootstrap
-        assert cluster.client.metrics.connections_opened == 2

@@ -290,7 +290,7 @@ class Sender:
         """(On the sender thread) note that ``topic``'s metadata is wanted soon: the request
         goes out without waiting for its answer at ``send_prefetch`` (a transactional
         producer's InitProducerId calls it, once the coordinator is known, so that the two
-        are answered together), and the first send to the topic takes the answer."""
+        are answered side by side), and the first send to the topic takes the answer."""
         if topic not in self.topic_meta and self._prefetch is None:
             self._prefetch_topic = topic
 

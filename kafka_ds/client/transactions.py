@@ -358,8 +358,7 @@ class TransactionManager:
 
         # A Metadata prefetch (Producer.prefetch_metadata) goes out once the coordinator is
         # known, just before InitProducerId, and is answered while it is waited for (on the
-        # connection that looked the coordinator up: the coordinator's own when the bootstrap
-        # address is its address).
+        # connection that looked the coordinator up, beside the coordinator's own).
         response = self._coordinator(sender).call(build, "InitProducerId", timeout_ms,
                                                   on_node=sender.send_prefetch)
         if response.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT:

@@ -153,7 +153,7 @@ class NetworkClient:
         and returns False; ``poll`` drives it. ``connect_failure(node_id)`` reports each
         connect that failed, once.
         """
-        connection = self._live(node_id) or self._adopt_bootstrap(node_id)
+        connection = self._live(node_id)
         if connection is not None:
             return connection.connected
         if self._backoff.retry_at_ms(node_id) > self.clock.monotonic_ms():
@@ -186,8 +186,6 @@ class NetworkClient:
         connection = self._live(node_id)
         try:
             if connection is None:
-                connection = self._adopt_bootstrap(node_id)
-            if connection is None:
                 while (wait_ms := self._backoff.retry_at_ms(node_id)
                        - self.clock.monotonic_ms()) > 0:
                     self.poll(wait_ms)
@@ -201,32 +199,6 @@ class NetworkClient:
         except KafkaDsError:
             self._unreported_failures.pop(node_id, None)  # reported: raised to this caller
             raise
-
-    def _adopt_bootstrap(self, node_id: int) -> BrokerConnection | None:
-        """The open bootstrap connection to broker ``node_id``'s own address, now kept as
-        that broker's connection; None if there is none.
-
-        A new client looks its coordinator (or a leader) up over a bootstrap connection and
-        then talks to that broker: when the bootstrap address is the broker's advertised
-        address, it is the same listener, and a second connect (TCP, ApiVersions, TLS and
-        SASL handshakes) in a row before the first real request buys nothing.
-        """
-        address = self._nodes.get(node_id)
-        if node_id < 0 or address is None:
-            return None
-        for bootstrap_id, bootstrap_address in self._bootstrap_ids.items():
-            connection = self._connections.get(bootstrap_id)
-            if bootstrap_address != address or connection is None:
-                continue
-            if self._live(bootstrap_id) is not connection or not connection.connected:
-                return None
-            del self._connections[bootstrap_id]
-            self._unwatch(bootstrap_id)
-            connection.node_id = node_id
-            self._connections[node_id] = connection
-            self._watch(node_id, connection)
-            return connection
-        return None
 
     def _live(self, node_id: int) -> BrokerConnection | None:
         """The connection to ``node_id`` if it is usable or still connecting; a dead one is
