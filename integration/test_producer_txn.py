@@ -12,7 +12,6 @@ from __future__ import annotations
 import pickle
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -25,7 +24,6 @@ from integration.producer_util import (
     wait_until_stable,
 )
 from kafka_ds.client.producer import Producer, complete_transaction
-from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.errors import BrokerError, ErrorCode
 from kafka_ds.protocol.txn_state import (
     ProducerFencedError,
@@ -263,31 +261,3 @@ def test_state_errors_say_what_to_do(kafka: KafkaCluster) -> None:
         with pytest.raises(TransactionStateError, match="already open"):
             producer.begin_transaction()
         producer.abort_transaction()
-
-
-def test_prefetched_metadata_goes_out_before_init_and_serves_the_first_send(
-        txn_cluster: tuple[KafkaCluster, int]) -> None:
-    """The sink's tasks prefetch the topic's metadata before InitProducerId: the request is on
-    the wire before InitProducerId, the first send asks no more, and the records commit."""
-    cluster, _ = txn_cluster
-    topic = _topic(cluster, partitions=3)
-    with _producer(cluster, f"t-{uuid.uuid4().hex}") as producer:
-        client = producer._sender.client
-        sent: list[str] = []
-        original = client.send  # every request goes through it (request() included)
-
-        def recording(node: int, request: Any, *args: Any, **kwargs: Any) -> Any:
-            sent.append(ApiKey(request.API_KEY).name)
-            return original(node, request, *args, **kwargs)
-
-        client.send = recording  # type: ignore[method-assign]
-        producer.prefetch_metadata(topic)
-        producer.init_transactions()
-        producer.begin_transaction()
-        futures = [producer.send(topic, f"v{i}".encode(), key=str(i).encode())
-                   for i in range(30)]
-        producer.commit_transaction()
-    assert all(future.result().offset >= 0 for future in futures)
-    assert sent.index("METADATA") < sent.index("INIT_PRODUCER_ID"), sent
-    assert sent.count("METADATA") == 1, sent
-    assert _committed_values(cluster, topic) == sorted(f"v{i}".encode() for i in range(30))

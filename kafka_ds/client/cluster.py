@@ -28,7 +28,6 @@ from typing import TypeVar
 from kafka_ds.client.config import ClientConfig
 from kafka_ds.client.topic_errors import TopicAuthorizationError, UnknownTopicError
 from kafka_ds.net.broker_conn import BrokerConnection, HandshakeCutError
-from kafka_ds.net.future import RequestFuture
 from kafka_ds.net.pool import NetworkClient
 from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.errors import (
@@ -153,21 +152,6 @@ class Cluster:
                                               connection.version_for(ApiKey.METADATA), wanted,
                                               timeout_ms), timeout_ms)
         self._apply(response, replace_all=wanted is None)
-
-    def request_metadata(self, topics: list[str]) -> RequestFuture[MetadataResponse]:
-        """Send a Metadata request for ``topics`` and return without waiting: whoever
-        polls the client later hands the answer to ``apply_metadata``."""
-        connection = self.client.any_connection()
-        version = connection.version_for(ApiKey.METADATA)
-        request = MetadataRequest(topics=[MetadataRequestTopic(name=name) for name in topics],
-                                  allow_auto_topic_creation=False)
-        future: RequestFuture[MetadataResponse] = self.client.send(connection.node_id, request,
-                                                                   version)
-        return future
-
-    def apply_metadata(self, response: MetadataResponse) -> None:
-        """Take the answer of ``request_metadata`` as ``refresh`` takes its own."""
-        self._apply(response, replace_all=False)
 
     def with_any_broker(self, call: Callable[[BrokerConnection], T],
                         timeout_ms: int | None = None) -> T:

@@ -503,13 +503,6 @@ class Producer(ProducerTransactions):
                                     f"max.block.ms ({timeout_ms} ms)") from None
         return meta
 
-    def prefetch_metadata(self, topic: str) -> None:
-        """Ask for ``topic``'s metadata before the first send to it, without waiting: call it
-        before ``init_transactions()``, which sends it just before InitProducerId (answered
-        while that is waited for), so that the first send finds it."""
-        if topic and topic not in self._sender.topic_meta:
-            self._sender.submit(lambda sender: sender.prefetch_topic(topic))
-
     def partitions_for(self, topic: str) -> list[int]:
         """The partition ids of ``topic`` (fetching its metadata if needed)."""
         meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)

@@ -125,13 +125,7 @@ class Sender:
         self.topic_meta: dict[str, TopicMeta] = {}
         self._topics: set[str] = set()
         self._metadata_stale = False
-        # Topics are fetched when first sent to (topic_metadata); the periodic refresh starts
-        # from now. From 0, the loop's first pass refreshed at once: when the first send came
-        # within that pass (a transactional producer's init and begin run there), its topic
-        # was asked for twice, the second time before the first Produce.
-        self._metadata_at_ms = clock.monotonic_ms()
-        self._prefetch_topic: str | None = None  # metadata wanted soon (prefetch_topic)
-        self._prefetch: RequestFuture[Any] | None = None  # a Metadata request not waited for
+        self._metadata_at_ms = 0
         self._tasks: deque[tuple[Callable[[Sender], Any], Future[Any]]] = deque()
         self._in_flight: dict[int, int] = {}
         self._in_flight_batches: set[ProducerBatch] = set()
@@ -286,47 +280,12 @@ class Sender:
         partition_info = info.partitions.get(partition)
         return -1 if partition_info is None else partition_info.leader_id
 
-    def prefetch_topic(self, topic: str) -> None:
-        """(On the sender thread) note that ``topic``'s metadata is wanted soon: the request
-        goes out without waiting for its answer at ``send_prefetch`` (a transactional
-        producer's InitProducerId calls it, once the coordinator is known, so that the two
-        are answered side by side), and the first send to the topic takes the answer."""
-        if topic not in self.topic_meta and self._prefetch is None:
-            self._prefetch_topic = topic
-
-    def send_prefetch(self) -> None:
-        """Send the Metadata request ``prefetch_topic`` asked for, if any; never waits."""
-        topic, self._prefetch_topic = self._prefetch_topic, None
-        if topic is None or topic in self.topic_meta:
-            return
-        try:
-            self._prefetch = self.cluster.request_metadata([topic])
-        except KafkaDsError as exc:  # the first send asks again, with the usual retries
-            log.debug("metadata prefetch of %r not sent: %s", topic, exc)
-
-    def _take_prefetch(self, topic: str, timeout_ms: int) -> bool:
-        """Apply the prefetched answer, if any; True when it gave ``topic`` with a leader
-        for every partition (what ``Cluster.topic`` waits for)."""
-        future, self._prefetch = self._prefetch, None
-        self._prefetch_topic = None
-        if future is None:
-            return False
-        self.client.poll_until(future.done, timeout_ms)
-        if not future.done() or future.failed():
-            return False
-        self.cluster.apply_metadata(future.result())
-        self._publish()
-        info = self.cluster.topics.get(topic)
-        return info is not None and all(p.leader_id >= 0 for p in info.partitions.values())
-
     def topic_metadata(self, topic: str, timeout_ms: int) -> TopicMeta:
         """(On the sender thread) metadata of ``topic``, fetched if unknown."""
         self._topics.add(topic)
         meta = self.topic_meta.get(topic)
         if meta is not None:
             return meta
-        if self._take_prefetch(topic, timeout_ms):
-            return self.topic_meta[topic]
         self.cluster.topic(topic, timeout_ms=timeout_ms)
         self._publish()
         return self.topic_meta[topic]

@@ -129,13 +129,11 @@ class _Coordinator:
                                         timeout_ms=timeout_ms)
 
     def call(self, build: Any, what: str, timeout_ms: int,
-             error_of: Any = lambda response: response.error_code,
-             on_node: Callable[[], None] | None = None) -> Any:
+             error_of: Any = lambda response: response.error_code) -> Any:
         """Send ``build(version_for)`` until its error is not retriable; returns the response.
 
         ``build(connection)`` returns (request, version). Retries CONCURRENT_TRANSACTIONS
         and coordinator moves within ``timeout_ms``; returns responses with other errors.
-        ``on_node()`` runs once, when the coordinator is first known, before the request.
         """
         client = self.cluster.client
         deadline_ms = client.clock.monotonic_ms() + timeout_ms
@@ -146,10 +144,6 @@ class _Coordinator:
             code: int
             try:
                 node = self.node(remaining_ms)
-                if on_node is not None:
-                    first_call = on_node
-                    on_node = None
-                    first_call()
                 request, version = build(client.connection(node))
                 response = client.request(node, request, timeout_ms=remaining_ms,
                                           version=version)
@@ -356,11 +350,7 @@ class TransactionManager:
                 producer_id=state.producer_id if current else -1,
                 producer_epoch=state.producer_epoch if current else -1), version
 
-        # A Metadata prefetch (Producer.prefetch_metadata) goes out once the coordinator is
-        # known, just before InitProducerId, and is answered while it is waited for (on the
-        # connection that looked the coordinator up, beside the coordinator's own).
-        response = self._coordinator(sender).call(build, "InitProducerId", timeout_ms,
-                                                  on_node=sender.send_prefetch)
+        response = self._coordinator(sender).call(build, "InitProducerId", timeout_ms)
         if response.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT:
             raise TransactionFatalError(
                 f"transaction.timeout.ms={self.transaction_timeout_ms} is not accepted by the "

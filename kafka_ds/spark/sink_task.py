@@ -180,8 +180,6 @@ def _open(options: SinkOptions, sink_id: str, task: TaskInfo, properties: dict[s
     if task.batch_id is not None and _batch_decided(options, sink_id, task):
         return True
     producer = sink_pool.producer(properties)
-    if options.topic is not None:  # a new producer's first send would wait for it after
-        producer.prefetch_metadata(options.topic)
     try:
         producer.init_transactions()
     except BaseException:

@@ -150,31 +150,3 @@ def test_fault_points_fire_once_and_are_logged(tmp_path: Path,
     log = [json.loads(line) for line in Path(f"{faults}.log").read_text().splitlines()]
     assert [(entry["point"], entry["batch"]) for entry in log] == [("commit:start", 2)]
     assert not sink_faults.armed("commit:start")
-
-
-def test_a_task_prefetches_its_topics_metadata_before_init_producer_id(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A new producer's first send waited for Metadata after InitProducerId; asked first, it
-    goes out beside InitProducerId. A write whose rows name their topics prefetches nothing."""
-    from kafka_ds.spark import sink_pool, sink_task
-
-    calls: list[str] = []
-
-    class _Producer:
-        def prefetch_metadata(self, topic: str) -> None:
-            calls.append(f"prefetch {topic}")
-
-        def init_transactions(self) -> None:
-            calls.append("init")
-
-    monkeypatch.setattr(sink_pool, "producer", lambda properties: _Producer())
-    task = sink_task.TaskInfo(partition_id=3, attempt=0, batch_id=None, query_id=None,
-                              run_id=None, speculation=False)
-    options = parse_sink_options({**BOOTSTRAP, "topic": "out"})
-    assert sink_task._open(options, "p", task, options.producer_properties("p-3", 60_000)) \
-        is False
-    assert calls == ["prefetch out", "init"]
-    calls.clear()
-    options = parse_sink_options(BOOTSTRAP)
-    sink_task._open(options, "p", task, options.producer_properties("p-3", 60_000))
-    assert calls == ["init"]
