@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -18,10 +19,13 @@ import pytest
 from integration.harness.cluster import KafkaCluster
 from integration.producer_util import read_all, read_committed
 from kafka_ds.client.producer import Producer
+from kafka_ds.client.transactions import fence_transactional_id
+from kafka_ds.protocol.api_keys import ApiKey
 from kafka_ds.protocol.txn_state import TxnState
 from kafka_ds.spark import sink_pool, sink_task
 from kafka_ds.spark.sink_commit import BatchCommit
-from kafka_ds.spark.sink_messages import TaskOutcome
+from kafka_ds.spark.sink_intent import IntentStore
+from kafka_ds.spark.sink_messages import SinkBatchAbortedError, SinkCommitMessage, TaskOutcome
 from kafka_ds.spark.sink_options import InputColumns, parse_sink_options
 
 ROWS = 500
@@ -115,3 +119,63 @@ def test_an_empty_task_still_touches_no_broker(kafka: KafkaCluster, topic: str,
                                    options, InputColumns(value="value"), prefix, 60_000)
     assert message.outcome is TaskOutcome.EMPTY
     assert sink_pool._key(properties) not in sink_pool._producers
+
+
+def test_a_streaming_commit_checks_its_transactions_while_it_reads_the_intent(
+        kafka: KafkaCluster, topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's DescribeTransactions goes out before the intent read's ListOffsets (both
+    only read) and its answer still decides: both micro-batches commit, and a transaction
+    fenced before the commit still aborts the batch."""
+    prefix = f"overlap-{uuid.uuid4().hex[:8]}"
+    options = parse_sink_options({"kafka.bootstrap.servers": kafka.bootstrap(), "topic": topic,
+                                  "transactionalIdPrefix": prefix})
+    cluster = sink_pool.cluster(options.properties)
+    sent: list[str] = []
+    original = cluster.client.send
+
+    def recording(node: int, request: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(ApiKey(request.API_KEY).name)
+        return original(node, request, *args, **kwargs)
+
+    monkeypatch.setattr(cluster.client, "send", recording)
+
+    def micro_batch(batch_id: int) -> tuple[list[SinkCommitMessage], list[bytes]]:
+        values = [b"b%d-%d" % (batch_id, i) for i in range(ROWS)]
+        messages = []
+        for partition, part in enumerate((values[:200], values[200:])):
+            task = sink_task.TaskInfo(partition_id=partition, attempt=0, batch_id=batch_id,
+                                      query_id="q", run_id="r", speculation=False)
+            monkeypatch.setattr(sink_task.TaskInfo, "current",
+                                classmethod(lambda cls, task=task: task))
+            messages.append(sink_task.write_task(
+                iter([pa.record_batch([pa.array(part)], names=["value"])]), options,
+                InputColumns(value="value"), None, 60_000))
+        return messages, values
+
+    try:
+        expected: list[bytes] = []
+        for batch_id in (0, 1):
+            messages, values = micro_batch(batch_id)
+            sent.clear()
+            BatchCommit(options, messages, batch_id, None, 60_000).commit()
+            expected += values
+        # Batch 1 found batch 0's intent: its ListOffsets came after DescribeTransactions,
+        # and one Fetch without a session read it (no second one to close a session).
+        assert sent.index("DESCRIBE_TRANSACTIONS") < sent.index("LIST_OFFSETS"), sent
+        assert sent.count("FETCH") == 1, sent
+        store = IntentStore(cluster, options.properties, options.intent_topic_for(prefix),
+                            prefix)
+        intent = store.latest("q")
+        assert intent is not None and intent.batch_id == 1 and len(intent.transactions) == 2
+        records = read_committed(kafka.bootstrap(), topic, expect=len(expected))
+        assert sorted(r.value or b"" for r in records) == sorted(expected)
+        messages, _ = micro_batch(2)
+        fence_transactional_id(cluster, f"{prefix}-1")  # a zombie took partition 1 over
+        with pytest.raises(SinkBatchAbortedError):
+            BatchCommit(options, messages, 2, None, 60_000).commit()
+        assert len(read_all(kafka.bootstrap(), topic, read_committed=True, timeout_s=5)) == \
+            len(expected)
+    finally:
+        for key in list(sink_pool._producers):
+            sink_pool._producers.pop(key).close(0)
+        sink_pool.discard_cluster(options.properties)

@@ -343,35 +343,8 @@ class Admin:
         deadline_ms = clock.monotonic_ms() + timeout_ms
         described: dict[str, DescribedTransaction] = {}
         while pending:
-            by_node: dict[int, list[str]] = defaultdict(list)
-            for transactional_id in pending:
-                node_id = self.cluster.coordinator(CoordinatorType.TRANSACTION, transactional_id,
-                                                   timeout_ms=timeout_ms)
-                by_node[node_id].append(transactional_id)
-            client = self.cluster.client
-            futures = [(ids, client.send(node_id, DescribeTransactionsRequest(
-                transactional_ids=ids), timeout_ms=timeout_ms))
-                for node_id, ids in by_node.items()]
-            client.poll_until(functools.partial(_all_done, [f for _, f in futures]),
-                              timeout_ms)
-            retry: list[str] = []
-            for ids, future in futures:
-                if not future.done() or future.failed():
-                    retry.extend(ids)
-                    continue
-                response: DescribeTransactionsResponse = future.result()
-                for state in response.transaction_states:
-                    code = state.error_code
-                    if code and BrokerError(code).retriable:
-                        self.cluster.forget_coordinator(CoordinatorType.TRANSACTION,
-                                                        state.transactional_id)
-                        retry.append(state.transactional_id)
-                    elif code and code != ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
-                        raise BrokerError(code, "describing transactional id "
-                                          f"{state.transactional_id!r}")
-                    else:
-                        described[state.transactional_id] = state
-            pending = sorted(set(retry))
+            sent = self._send_describe(pending, timeout_ms)
+            pending = sorted(set(self._collect_described(sent, timeout_ms, described)))
             if pending:
                 if clock.monotonic_ms() >= deadline_ms:
                     raise KafkaTimeoutError(f"DescribeTransactions for {pending} did not "
@@ -381,6 +354,65 @@ class Admin:
                                                     transactional_id)
                 clock.sleep_ms(self.cluster.retry_backoff_ms)
         return described
+
+    def start_describe_transactions(self, transactional_ids: Iterable[str], *,
+                                    timeout_ms: int = 30_000
+                                    ) -> Callable[[], dict[str, DescribedTransaction]]:
+        """``describe_transactions`` in two halves: the requests go out now, and the call
+        returned collects the answers (retrying what needs it), so that other requests on
+        this cluster can run in between."""
+        wanted = sorted(set(transactional_ids))
+        sent = self._send_describe(wanted, timeout_ms)
+
+        def collect() -> dict[str, DescribedTransaction]:
+            described: dict[str, DescribedTransaction] = {}
+            retry = self._collect_described(sent, timeout_ms, described)
+            if retry:
+                for transactional_id in retry:
+                    self.cluster.forget_coordinator(CoordinatorType.TRANSACTION,
+                                                    transactional_id)
+                described.update(self.describe_transactions(retry, timeout_ms=timeout_ms))
+            return described
+
+        return collect
+
+    def _send_describe(self, transactional_ids: list[str], timeout_ms: int
+                       ) -> list[tuple[list[str], RequestFuture[Any]]]:
+        by_node: dict[int, list[str]] = defaultdict(list)
+        nodes = self.cluster.coordinators(CoordinatorType.TRANSACTION, transactional_ids,
+                                          timeout_ms=timeout_ms)
+        for transactional_id in transactional_ids:
+            by_node[nodes[transactional_id]].append(transactional_id)
+        client = self.cluster.client
+        return [(ids, client.send(node_id, DescribeTransactionsRequest(transactional_ids=ids),
+                                  timeout_ms=timeout_ms))
+                for node_id, ids in by_node.items()]
+
+    def _collect_described(self, sent: list[tuple[list[str], RequestFuture[Any]]],
+                           timeout_ms: int, described: dict[str, DescribedTransaction]
+                           ) -> list[str]:
+        """Wait for the answers of ``_send_describe`` into ``described``; returns the ids to
+        ask again (no answer, or a retriable error such as a moved coordinator)."""
+        self.cluster.client.poll_until(functools.partial(_all_done, [f for _, f in sent]),
+                                       timeout_ms)
+        retry: list[str] = []
+        for ids, future in sent:
+            if not future.done() or future.failed():
+                retry.extend(ids)
+                continue
+            response: DescribeTransactionsResponse = future.result()
+            for state in response.transaction_states:
+                code = state.error_code
+                if code and BrokerError(code).retriable:
+                    self.cluster.forget_coordinator(CoordinatorType.TRANSACTION,
+                                                    state.transactional_id)
+                    retry.append(state.transactional_id)
+                elif code and code != ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+                    raise BrokerError(code, "describing transactional id "
+                                      f"{state.transactional_id!r}")
+                else:
+                    described[state.transactional_id] = state
+        return retry
 
 
 def _all_done(futures: list[RequestFuture[Any]]) -> bool:

@@ -325,8 +325,8 @@ class Cluster:
     def coordinator(self, key_type: CoordinatorType, key: str,
                     timeout_ms: int | None = None) -> int:
         """Node id of the coordinator of group/transactional id ``key`` (cached)."""
-        cached = self._coordinators.get((key_type, key))
-        if cached is not None and cached in self.brokers:
+        cached = self._cached_coordinator(key_type, key)
+        if cached is not None:
             return cached
         timeout = self.client.config.request_timeout_ms if timeout_ms is None else timeout_ms
         deadline_ms = self.client.clock.monotonic_ms() + timeout
@@ -337,6 +337,50 @@ class Cluster:
             if not error.retriable or self.client.clock.monotonic_ms() >= deadline_ms:
                 raise error
             self.client.clock.sleep_ms(self.retry_backoff_ms)
+
+    def coordinators(self, key_type: CoordinatorType, keys: Iterable[str],
+                     timeout_ms: int | None = None) -> dict[str, int]:
+        """Node ids of the coordinators of many keys (cached), those not cached looked up in
+        one FindCoordinator when the broker takes several keys (v4+, KIP-699): a commit of
+        N transactions waits for one round trip here, not N in a row."""
+        wanted = list(dict.fromkeys(keys))
+        missing = [key for key in wanted if self._cached_coordinator(key_type, key) is None]
+        if len(missing) > 1:
+            timeout = self.client.config.request_timeout_ms if timeout_ms is None \
+                else timeout_ms
+            try:
+                self._find_coordinators(key_type, missing, timeout)
+            except KafkaDsError as exc:
+                log.debug("batched FindCoordinator failed (asking key by key): %s", exc)
+        # What the batch did not settle (errors, a broker before v4) goes one key at a time,
+        # with that path's retries and error messages.
+        return {key: self.coordinator(key_type, key, timeout_ms) for key in wanted}
+
+    def _cached_coordinator(self, key_type: CoordinatorType, key: str) -> int | None:
+        cached = self._coordinators.get((key_type, key))
+        # A coordinator on a broker that metadata no longer lists is looked up again. Before
+        # the first Metadata answer there is no list to check against: the node that
+        # FindCoordinator named (and registered) stands.
+        if cached is not None and (cached in self.brokers or not self.brokers):
+            return cached
+        return None
+
+    def _find_coordinators(self, key_type: CoordinatorType, keys: list[str],
+                           timeout_ms: int) -> None:
+        def ask(connection: BrokerConnection) -> FindCoordinatorResponse | None:
+            version = connection.version_for(ApiKey.FIND_COORDINATOR)
+            if version < 4:
+                return None
+            return self.client.request(
+                connection.node_id, FindCoordinatorRequest(key_type=key_type,
+                                                           coordinator_keys=keys),
+                timeout_ms=timeout_ms, version=version)
+
+        response = self.with_any_broker(ask, timeout_ms)
+        for entry in response.coordinators if response is not None else ():
+            if not entry.error_code and entry.key in keys:
+                self._remember_coordinator(key_type, entry.key, entry.node_id, entry.host,
+                                           entry.port)
 
     def _find_coordinator(self, key_type: CoordinatorType, key: str,
                           timeout_ms: int) -> BrokerError | None:
@@ -366,13 +410,16 @@ class Cluster:
                                           f"{_COORDINATOR_ACL_ADVICE[code]} on {what} {key!r}")
         if code:
             return BrokerError(code, f"finding the coordinator of {what} {key!r}", message)
-        node_id, host, port = node
+        self._remember_coordinator(key_type, key, *node)
+        return None
+
+    def _remember_coordinator(self, key_type: CoordinatorType, key: str, node_id: int,
+                              host: str, port: int) -> None:
         if node_id not in self.brokers:
             known = self.client.known_nodes()
             known[node_id] = (host, port)
             self.client.set_nodes(known)
         self._coordinators[(key_type, key)] = node_id
-        return None
 
     def forget_coordinator(self, key_type: CoordinatorType, key: str) -> None:
         """Drop a cached coordinator (after NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE)."""

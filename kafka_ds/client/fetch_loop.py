@@ -134,6 +134,7 @@ class FetchLoop:
     # Fetch sessions by node id: shared with the owner's next reads when ``keep_sessions``.
     sessions: dict[int, FetchSession] = field(default_factory=dict)
     keep_sessions: bool = False
+    use_sessions: bool = True  # False: sessionless full requests (see FetchSession)
 
     def __post_init__(self) -> None:
         self.client = self.cluster.client
@@ -272,7 +273,8 @@ class FetchLoop:
             if node is None:
                 session = self.sessions.get(node_id)
                 if session is None:
-                    session = self.sessions[node_id] = FetchSession(node_id)
+                    session = self.sessions[node_id] = FetchSession(
+                        node_id, sessionless=not self.use_sessions)
                 node = self._nodes[node_id] = BrokerFetch(node_id, session)
             if (node.in_flight is not None or node.retry_at_ms > now_ms
                     or len(node.buffered) > self._max_buffered):

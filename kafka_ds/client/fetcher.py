@@ -100,17 +100,21 @@ class Fetcher:
     ``cluster`` is shared unless ``owns_cluster`` (``from_properties`` makes its own). With
     ``keep_sessions`` the fetch session of each broker outlives a read: the next read
     continues it incrementally (no close and no full request per read), as a consumer does
-    between polls; ``close`` ends them. Without it each read closes its sessions.
+    between polls; ``close`` ends them. Without it each read closes its sessions; with
+    ``use_sessions=False`` it opens none (full requests outside any session): for one-off
+    reads of a few records, which a session would cost one more round trip, to close it.
     ``config`` may be replaced between reads.
     """
 
     def __init__(self, cluster: Cluster, config: FetchConfig | None = None, *,
-                 owns_cluster: bool = False, keep_sessions: bool = False) -> None:
+                 owns_cluster: bool = False, keep_sessions: bool = False,
+                 use_sessions: bool = True) -> None:
         self.cluster = cluster
         self.config = config or FetchConfig()
         self.metrics = FetchMetrics()
         self._owns_cluster = owns_cluster
-        self._keep_sessions = keep_sessions
+        self._keep_sessions = keep_sessions and use_sessions
+        self._use_sessions = use_sessions
         self._sessions: dict[int, FetchSession] = {}  # by node id, with keep_sessions
         self._loop: FetchLoop | None = None
 
@@ -163,7 +167,7 @@ class Fetcher:
             self._loop.end()  # ends a previous read abandoned half-way; else does nothing
         loop = FetchLoop(self.cluster, self.config, self.metrics, include_headers,
                          sessions=self._sessions if self._keep_sessions else {},
-                         keep_sessions=self._keep_sessions)
+                         keep_sessions=self._keep_sessions, use_sessions=self._use_sessions)
         self._loop = loop
         return loop.run(_ranges(ranges))
 

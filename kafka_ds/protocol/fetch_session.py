@@ -17,7 +17,9 @@ Request metadata ``(session_id, epoch)`` on the wire:
 * ``(0, 0)``      full request, create a session if the broker can (INITIAL);
 * ``(id, 0)``     full request, close session ``id`` and create a new one;
 * ``(id, n>0)``   incremental request in session ``id``; ``n`` is the previous epoch + 1;
-* ``(id, -1)``    close session ``id`` (the request itself is then sessionless).
+* ``(id, -1)``    close session ``id`` (the request itself is then sessionless);
+* ``(0, -1)``     full request, no session at all (``FetchSession(sessionless=True)``: a
+  one-off read of a record or two, where opening a session costs a close round trip).
 
 State machine (only a *successful* response moves it forward; a request that failed leaves
 the committed view untouched, and the next request is full)::
@@ -103,7 +105,8 @@ class PendingFetch:
 
     @property
     def is_close(self) -> bool:
-        return self.epoch == FINAL_EPOCH
+        # (0, -1) is a sessionless full request, not a close.
+        return self.epoch == FINAL_EPOCH and self.session_id != INVALID_SESSION_ID
 
 
 class FetchOutcome(NamedTuple):
@@ -137,6 +140,9 @@ class FetchSession:
     version: int | None = None
     full_requests: int = 0
     incremental_requests: int = 0
+    # Every request full and outside any session (0, -1): the broker opens none, so there
+    # is none to close.
+    sessionless: bool = False
 
     @property
     def is_open(self) -> bool:
@@ -167,6 +173,14 @@ class FetchSession:
             raise ValueError(f"Fetch v{version} names topics by id, and some partitions have no "
                              "topic id: use v12 or refresh metadata")
         next_partitions = dict(wanted)
+        if self.sessionless:
+            request = FetchRequest(
+                max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
+                isolation_level=isolation_level, session_id=INVALID_SESSION_ID,
+                session_epoch=FINAL_EPOCH, topics=_topics(next_partitions, use_ids),
+                forgotten_topics_data=[], rack_id=rack_id if version >= 11 else "")
+            return PendingFetch(request, version, True, INVALID_SESSION_ID, FINAL_EPOCH,
+                                dict(next_partitions), [], next_partitions)
         if any(tp in self.partitions and self.partitions[tp].topic_id != state.topic_id
                for tp, state in wanted.items()):
             # A topic was recreated under the same name: its new id cannot be slipped into

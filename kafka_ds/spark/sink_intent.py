@@ -126,8 +126,9 @@ class IntentStore:
         end = latest_offsets(self.cluster, [tp], timeout_ms=timeout_ms)[tp]
         if end == 0:
             return None
-        records = [record for _, record in
-                   Fetcher(self.cluster).read_records([(self.topic, 0, end - 1, end)])]
+        # One record: no fetch session, whose close would be one more round trip.
+        records = [record for _, record in Fetcher(self.cluster, use_sessions=False)
+                   .read_records([(self.topic, 0, end - 1, end)])]
         record = records[-1] if records else None
         if record is None or record.value is None:
             return None  # compacted away under a tombstone: the sink was reset on purpose

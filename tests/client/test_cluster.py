@@ -29,7 +29,7 @@ from kafka_ds.protocol.errors import (
     KafkaTimeoutError,
     NetworkError,
 )
-from kafka_ds.protocol.messages.find_coordinator import FindCoordinatorResponse
+from kafka_ds.protocol.messages.find_coordinator import Coordinator, FindCoordinatorResponse
 from kafka_ds.protocol.messages.metadata import (
     MetadataResponse,
     MetadataResponseBroker,
@@ -237,3 +237,84 @@ def test_fresh_connections_refused_twice_fail_at_once_naming_the_listener_mismat
     with pytest.raises(NetworkError, match=r"security\.protocol"):
         cluster.refresh(["t"], timeout_ms=600_000)
     assert len(calls) == 2
+
+
+class _FindCoordinatorBroker:
+    """Answers FindCoordinator as a broker of ``version`` would: every transactional id's
+    coordinator is node 1, except ids starting with "denied" (an ACL refusal). Keeps the
+    keys of each request it got."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        self.requests: list[list[str]] = []
+
+    def connection(self) -> Any:
+        broker = self
+
+        class _Connection:
+            node_id = 1
+            responses_received = 3
+
+            def version_for(self, api_key: Any) -> int:
+                return broker.version
+
+        return _Connection()
+
+    def request(self, node_id: int, request: Any, **kwargs: Any) -> FindCoordinatorResponse:
+        denied = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        if self.version < 4:
+            self.requests.append([request.key])
+            code = denied if request.key.startswith("denied") else 0
+            return FindCoordinatorResponse(error_code=code, error_message=None, node_id=1,
+                                           host="127.0.0.1", port=1)
+        self.requests.append(list(request.coordinator_keys))
+        return FindCoordinatorResponse(coordinators=[
+            Coordinator(key=key, node_id=1, host="127.0.0.1", port=1,
+                        error_code=denied if key.startswith("denied") else 0,
+                        error_message=None) for key in request.coordinator_keys])
+
+
+def _broker(cluster: Cluster, version: int) -> _FindCoordinatorBroker:
+    broker = _FindCoordinatorBroker(version)
+    cluster.client.any_connection = broker.connection  # type: ignore[method-assign]
+    cluster.client.request = broker.request  # type: ignore[method-assign]
+    return broker
+
+
+def test_a_coordinator_found_before_any_metadata_is_not_asked_for_again(
+        cluster: Cluster) -> None:
+    """A producer finds its coordinator before it ever fetches metadata: the lookup stands
+    (it cost a second FindCoordinator in every task's begin_transaction, and one per
+    transaction in the sink's commit), until metadata says its broker is gone."""
+    broker = _broker(cluster, 4)
+    assert cluster.coordinator(CoordinatorType.TRANSACTION, "t-0") == 1
+    assert cluster.coordinator(CoordinatorType.TRANSACTION, "t-0") == 1
+    assert broker.requests == [["t-0"]]
+    cluster._apply(MetadataResponse(
+        brokers=[MetadataResponseBroker(node_id=2, host="127.0.0.1", port=2, rack=None)],
+        cluster_id="c", controller_id=2, topics=[]), replace_all=True)
+    cluster.coordinator(CoordinatorType.TRANSACTION, "t-0")
+    assert broker.requests == [["t-0"], ["t-0"]]
+
+
+def test_the_coordinators_of_many_ids_come_from_one_request(cluster: Cluster) -> None:
+    broker = _broker(cluster, 4)
+    cluster.coordinator(CoordinatorType.TRANSACTION, "t-0")
+    found = cluster.coordinators(CoordinatorType.TRANSACTION, ["t-0", "t-1", "t-2", "t-1"])
+    assert found == {"t-0": 1, "t-1": 1, "t-2": 1}
+    assert broker.requests == [["t-0"], ["t-1", "t-2"]]  # t-0 was known
+
+
+def test_a_broker_before_batched_lookups_is_asked_key_by_key(cluster: Cluster) -> None:
+    broker = _broker(cluster, 3)
+    assert cluster.coordinators(CoordinatorType.TRANSACTION, ["t-0", "t-1"]) == \
+        {"t-0": 1, "t-1": 1}
+    assert broker.requests == [["t-0"], ["t-1"]]
+
+
+def test_a_key_refused_in_a_batched_lookup_raises_the_single_lookups_error(
+        cluster: Cluster) -> None:
+    broker = _broker(cluster, 4)
+    with pytest.raises(BrokerError, match="transactional id 'denied-1' as User:carol"):
+        cluster.coordinators(CoordinatorType.TRANSACTION, ["t-0", "denied-1"])
+    assert broker.requests == [["t-0", "denied-1"], ["denied-1"]]

@@ -271,3 +271,21 @@ def test_an_empty_throttled_full_response_is_not_a_broken_session() -> None:
     assert not outcome.ok and outcome.throttled and outcome.problem is None
     again = session.build({T0: state(T0, 0)}, version=V, **OPTS)
     assert again.is_full and (again.request.session_id, again.request.session_epoch) == (0, 0)
+
+
+def test_a_sessionless_session_sends_full_requests_outside_any_session() -> None:
+    """(0, -1): the broker answers the partitions and opens no session, so a one-off read
+    needs no close request; the answer's data is used (it is not a close)."""
+    session = FetchSession(node_id=1, sessionless=True)
+    wanted = {T0: state(T0, 9)}
+    for offset in (9, 10):
+        wanted[T0] = state(T0, offset)
+        pending = session.build(wanted, version=V, **OPTS)
+        assert (pending.request.session_id, pending.request.session_epoch) == (0, FINAL_EPOCH)
+        assert pending.is_full and not pending.is_close
+        assert sent_partitions(pending.request) == {(IDS["t"], 0, offset)}
+        outcome = session.on_response(pending, response(pending, 0))
+        assert outcome.ok and [tp for tp, _ in outcome.partitions] == [T0]
+        assert not session.is_open and session.close_request(version=V) is None
+    # The wire form round-trips as the broker reads it.
+    assert decode_exact(FetchRequest, V, encode(pending.request, V)) == pending.request
