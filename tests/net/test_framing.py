@@ -1,9 +1,13 @@
-"""The sans-IO framer: split reads, correlation checks, oversize frames, acks=0."""
+"""The sans-IO framer: split reads, correlation checks, oversize frames, acks=0, and a body
+buffer that is not zeroed before the socket fills it (``connection._unfilled``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from kafka_ds.protocol import connection as connection_module
 from kafka_ds.protocol.connection import FrameTooLargeError, ProtocolConnection
 from kafka_ds.protocol.errors import ProtocolError
 from kafka_ds.protocol.header import write_response_header
@@ -11,6 +15,12 @@ from kafka_ds.protocol.messages.api_versions import (
     ApiVersion,
     ApiVersionsRequest,
     ApiVersionsResponse,
+)
+from kafka_ds.protocol.messages.fetch import (
+    FetchableTopicResponse,
+    FetchRequest,
+    FetchResponse,
+    PartitionData,
 )
 from kafka_ds.protocol.messages.metadata import MetadataRequest, MetadataResponse
 from kafka_ds.protocol.primitives import INT32
@@ -95,3 +105,51 @@ def test_request_without_response_does_not_wait() -> None:
     _, frame = connection.send_request(MetadataRequest(topics=None), 12, expect_response=False)
     assert connection.in_flight_count == 0
     assert INT32.unpack_from(frame)[0] == len(frame) - 4
+
+
+# --- the body buffer starts as junk -------------------------------------------------------
+# A Fetch response carrying the golden record batches (written by the Java client, see
+# tests/protocol/golden) is fed in reads of several sizes into buffers that start full of
+# junk: every byte must be overwritten before the frame is decoded, so the records must come
+# out byte for byte as the golden file has them.
+
+GOLDEN = Path(__file__).parents[1] / "protocol" / "golden"
+FETCH_VERSION = 12
+
+
+def _junk_filled(size: int) -> memoryview:
+    # What an allocator may hand back: someone else's bytes, here a recognisable pattern.
+    return memoryview(bytearray(b"\xa5\x5a\xff\x00" * (size // 4 + 1))[:size])
+
+
+def _fetch_frame(correlation_id: int, records: bytes) -> bytes:
+    response = FetchResponse(session_id=0, responses=[FetchableTopicResponse(
+        topic="t", partitions=[PartitionData(partition_index=0, error_code=0,
+                                             high_watermark=10, records=records)])])
+    out = bytearray()
+    write_response_header(out, correlation_id, True)
+    out += encode(response, FETCH_VERSION)
+    return INT32.pack(len(out)) + bytes(out)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 4096, 1 << 20])
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_records_come_out_as_sent_from_a_buffer_that_starts_as_junk(
+        chunk: int, codec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connection_module, "_unfilled", _junk_filled)
+    golden = (GOLDEN / f"golden-{codec}.bin").read_bytes()
+    connection = ProtocolConnection("test")
+    first, _ = connection.send_request(FetchRequest(), FETCH_VERSION)
+    second, _ = connection.send_request(FetchRequest(), FETCH_VERSION)
+    received = _feed(connection, _fetch_frame(first, golden) + _fetch_frame(second, golden[::-1]),
+                     chunk)
+    assert [r.request.correlation_id for r in received] == [first, second]
+    records = [bytes(r.response.responses[0].partitions[0].records) for r in received]
+    assert records == [golden, golden[::-1]]
+
+
+def test_the_default_body_buffer_is_writable_and_of_the_frame_size() -> None:
+    body = connection_module._unfilled(1000)
+    assert len(body) == 1000 and not body.readonly and body.itemsize == 1
+    body[:3] = b"abc"
+    assert bytes(body[:3]) == b"abc"
