@@ -125,7 +125,12 @@ class Sender:
         self.topic_meta: dict[str, TopicMeta] = {}
         self._topics: set[str] = set()
         self._metadata_stale = False
-        self._metadata_at_ms = 0
+        # Topics are fetched when first sent to (topic_metadata); the periodic refresh counts
+        # from the producer's start. From 0, the loop's first pass refreshed at once, and when
+        # the first send's metadata task ran in that pass (a transactional producer's init,
+        # begin and first send all do), its topic was asked for a second time before the
+        # first Produce.
+        self._metadata_at_ms = clock.monotonic_ms()
         self._tasks: deque[tuple[Callable[[Sender], Any], Future[Any]]] = deque()
         self._in_flight: dict[int, int] = {}
         self._in_flight_batches: set[ProducerBatch] = set()

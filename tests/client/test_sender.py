@@ -8,6 +8,7 @@ connects lazily). Answers are handed to ``_handle`` as the response callback wou
 from __future__ import annotations
 
 import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -34,9 +35,11 @@ class FakeClock:
         self.now_ms += duration_ms
 
 
-def _sender(**properties: str) -> tuple[Sender, RecordAccumulator, ProducerState, FakeClock]:
+def _sender(start_ms: int = 1_000, **properties: str
+            ) -> tuple[Sender, RecordAccumulator, ProducerState, FakeClock]:
     config = ProducerConfig.from_properties({"bootstrap.servers": "127.0.0.1:1", **properties})
     clock = FakeClock()
+    clock.now_ms = start_ms
     accumulator = RecordAccumulator(
         batch_size_bytes=config.batch_size_bytes, linger_ms=config.linger_ms,
         buffer_memory_bytes=config.buffer_memory_bytes, retry_backoff_ms=config.retry_backoff_ms,
@@ -159,3 +162,33 @@ def test_a_sender_is_worth_waking_only_below_the_in_flight_limit_of_the_leader()
     sender._in_flight[1] = 2
     assert not sender.could_send_to(1)
     assert sender.could_send_to(2) and sender.could_send_to(-1)
+
+
+def test_a_topic_fetched_for_the_first_send_is_not_asked_for_again_in_that_pass(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first send's metadata task runs in the loop's first pass; the periodic refresh
+    right after it must not ask for the topic again before the first Produce. It comes once
+    metadata.max.age.ms has passed."""
+    from kafka_ds.client.cluster import PartitionInfo, TopicInfo
+
+    # A monotonic clock reads far more than metadata.max.age.ms when a producer starts.
+    sender, _, _, clock = _sender(start_ms=3_600_000, **{"metadata.max.age.ms": "60000"})
+    fetched: list[str] = []
+    refreshed: list[list[str]] = []
+
+    def fetch(name: str, timeout_ms: int | None = None) -> TopicInfo:
+        fetched.append(name)
+        info = TopicInfo(name, uuid.uuid4(), {0: PartitionInfo(name, 0, 1, 0, (1,), (1,))})
+        sender.cluster.topics[name] = info
+        return info
+
+    monkeypatch.setattr(sender.cluster, "topic", fetch)
+    monkeypatch.setattr(sender.cluster, "refresh",
+                        lambda topics, timeout_ms=None: refreshed.append(list(topics)))
+    answer = sender.submit(lambda s: s.topic_metadata("t", 1_000))
+    sender.run_once()
+    assert answer.result(0).partition_count == 1
+    assert fetched == ["t"] and refreshed == []
+    clock.now_ms += 60_000
+    sender.run_once()
+    assert refreshed == [["t"]]
