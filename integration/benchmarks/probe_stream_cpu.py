@@ -49,7 +49,7 @@ from integration.benchmarks.bench_spark_source import (
 from integration.benchmarks.cpu_meter import CpuMeter
 from integration.harness.cluster import KafkaCluster
 from integration.harness.jars import fetch_spark_kafka_jars
-from integration.harness.procfs import children_by_parent, cmdline, cpu_s, descendants, stat_at
+from integration.harness.procfs import cmdline, cpu_s, descendants, stat_at
 from integration.harness.spark import spark_session
 
 _POLL_S = 0.02
@@ -81,7 +81,7 @@ class Poller:
             got = _ticks(Path(f"/proc/{self.jvm_pid}/task/{entry}/stat"))
             if got is not None:
                 self.threads[int(entry)] = got
-        for pid in descendants(self.jvm_pid, children_by_parent()):
+        for pid in descendants(self.jvm_pid):
             got = _ticks(Path(f"/proc/{pid}/stat"))
             if got is None:
                 continue

@@ -344,17 +344,26 @@ class Cluster:
         one FindCoordinator when the broker takes several keys (v4+, KIP-699): a commit of
         N transactions waits for one round trip here, not N in a row."""
         wanted = list(dict.fromkeys(keys))
-        missing = [key for key in wanted if self._cached_coordinator(key_type, key) is None]
-        if len(missing) > 1:
-            timeout = self.client.config.request_timeout_ms if timeout_ms is None \
-                else timeout_ms
-            try:
-                self._find_coordinators(key_type, missing, timeout)
-            except KafkaDsError as exc:
-                log.debug("batched FindCoordinator failed (asking key by key): %s", exc)
+        self.look_up_coordinators(key_type, wanted, timeout_ms)
         # What the batch did not settle (errors, a broker before v4) goes one key at a time,
         # with that path's retries and error messages.
         return {key: self.coordinator(key_type, key, timeout_ms) for key in wanted}
+
+    def look_up_coordinators(self, key_type: CoordinatorType, keys: Iterable[str],
+                             timeout_ms: int | None = None) -> None:
+        """Fill the cache for the keys not in it with one FindCoordinator (v4+), when more
+        than one is missing; never raises and never retries: what it leaves out, ``coordinator``
+        looks up on its own later (a caller that asks key by key anyway warms the cache with
+        this, without waiting out a failing lookup twice)."""
+        missing = [key for key in dict.fromkeys(keys)
+                   if self._cached_coordinator(key_type, key) is None]
+        if len(missing) < 2:
+            return
+        timeout = self.client.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        try:
+            self._find_coordinators(key_type, missing, timeout)
+        except KafkaDsError as exc:
+            log.debug("batched FindCoordinator failed (asking key by key): %s", exc)
 
     def _cached_coordinator(self, key_type: CoordinatorType, key: str) -> int | None:
         cached = self._coordinators.get((key_type, key))

@@ -23,7 +23,6 @@ needs. Repeating it succeeds (a committed transaction answers NONE to the same r
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -500,12 +499,11 @@ def end_transactions(cluster: Cluster, tokens: Sequence[TransactionToken], commi
     codes = [0] * len(tokens)
     client = cluster.client
     sent: list[tuple[int, Any]] = []
-    # One lookup for all, so that the requests below go out without waiting in between. A
-    # failure here is left to the lookup per transaction below, which retries.
-    with contextlib.suppress(KafkaDsError):
-        cluster.coordinators(CoordinatorType.TRANSACTION,
-                             [token.transactional_id for token in tokens if not token.is_empty],
-                             timeout_ms=timeout_ms)
+    # One lookup for all, so that the requests below go out without waiting in between; what
+    # it does not settle is left to the lookup per transaction below, which retries.
+    cluster.look_up_coordinators(
+        CoordinatorType.TRANSACTION,
+        [token.transactional_id for token in tokens if not token.is_empty], timeout_ms)
     for index, token in enumerate(tokens):
         if token.is_empty:
             continue

@@ -318,3 +318,17 @@ def test_a_key_refused_in_a_batched_lookup_raises_the_single_lookups_error(
     with pytest.raises(BrokerError, match="transactional id 'denied-1' as User:carol"):
         cluster.coordinators(CoordinatorType.TRANSACTION, ["t-0", "denied-1"])
     assert broker.requests == [["t-0", "denied-1"], ["denied-1"]]
+
+
+def test_warming_the_cache_asks_once_and_leaves_failures_to_the_single_lookup(
+        cluster: Cluster) -> None:
+    """end_transactions warms the cache this way, then asks key by key: a refused id must not
+    be looked up (and waited for) twice before its EndTxn."""
+    broker = _broker(cluster, 4)
+    cluster.look_up_coordinators(CoordinatorType.TRANSACTION, ["t-0", "denied-1", "t-0"])
+    assert broker.requests == [["t-0", "denied-1"]]
+    assert cluster.coordinator(CoordinatorType.TRANSACTION, "t-0") == 1
+    assert broker.requests == [["t-0", "denied-1"]]  # t-0 came from the cache
+    with pytest.raises(BrokerError, match="denied-1"):
+        cluster.coordinator(CoordinatorType.TRANSACTION, "denied-1")
+    assert broker.requests == [["t-0", "denied-1"], ["denied-1"]]
