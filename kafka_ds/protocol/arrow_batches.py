@@ -1,9 +1,9 @@
 """Producer batches straight from Arrow columns: partition choice, grouping, encoding.
 
-Layer: protocol (sans-IO: numpy, pyarrow, ``record_encoder``, ``partitioner``,
-``accumulator``). Specs: the Java client's ``BuiltInPartitioner`` (murmur2 for keyed records,
-sticky for the rest, KIP-480/KIP-794) and record format v2 (KIP-98). Used by
-``Producer.send_arrow`` and through it by the Spark sink.
+Layer: protocol (sans-IO: numpy, pyarrow, ``arrow_numpy``, ``record_encoder``,
+``partitioner``, ``accumulator``). Specs: the Java client's ``BuiltInPartitioner`` (murmur2
+for keyed records, sticky for the rest, KIP-480/KIP-794) and record format v2 (KIP-98). Used
+by ``Producer.send_arrow`` and through it by the Spark sink.
 
 The per-record path (``Producer.send``) keeps Python objects per record and encodes each batch
 when the sender drains it. This path never makes a Python object per record::
@@ -35,6 +35,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from kafka_ds.protocol.accumulator import RECORD_OVERHEAD_BOUND, ProducerBatch
+from kafka_ds.protocol.arrow_numpy import from_numpy, is_valid, list_offsets, to_numpy
 from kafka_ds.protocol.errors import EncodeError
 from kafka_ds.protocol.partitioner import StickyPartitioner, murmur2_buffers
 from kafka_ds.protocol.record_encoder import (
@@ -81,7 +82,7 @@ class ArrowRecords(NamedTuple):
         return len(self.values)
 
     def take(self, indices: Any) -> ArrowRecords:
-        order = pa.array(indices, pa.int64()) if not isinstance(indices, pa.Array) else indices
+        order = indices if isinstance(indices, pa.Array) else from_numpy(indices, pa.int64())
         return ArrowRecords(
             self.values.take(order), None if self.keys is None else self.keys.take(order),
             self.timestamps_ms[np.asarray(indices)],
@@ -145,9 +146,9 @@ def _timestamps(timestamps_ms: Any, count: int, now_ms: int) -> Int64Array:
     if isinstance(timestamps_ms, pa.ChunkedArray):
         timestamps_ms = timestamps_ms.combine_chunks()
     if isinstance(timestamps_ms, pa.Array):
+        stamps = to_numpy(timestamps_ms.cast(pa.int64()))
         if timestamps_ms.null_count:
-            timestamps_ms = timestamps_ms.fill_null(now_ms)
-        stamps = timestamps_ms.cast(pa.int64()).to_numpy(zero_copy_only=False)
+            stamps = np.where(is_valid(timestamps_ms), stamps, now_ms)
     else:
         stamps = np.asarray(timestamps_ms, dtype=np.int64)
     if len(stamps) != count:
@@ -167,9 +168,9 @@ def record_sizes(records: ArrowRecords) -> Int64Array:
 
 def _header_bytes(headers: pa.Array) -> Int64Array:
     """Bytes each record's headers add (keys, values and their length varints)."""
-    counts = np.diff(headers.offsets.to_numpy().astype(np.int64))
+    counts = np.diff(list_offsets(headers))
     if headers.null_count:
-        counts[headers.is_null().to_numpy(zero_copy_only=False)] = 0
+        counts[~is_valid(headers)] = 0
     flat = headers.flatten()
     per_header = (np.maximum(binary_lengths(binary_column(flat.field("key"), "header keys")), 0)
                   + np.maximum(binary_lengths(binary_column(flat.field("value"),
@@ -187,7 +188,7 @@ def key_partitions(keys: pa.Array, partition_count: int) -> Int64Array:
     out = np.full(len(keys), -1, dtype=np.int64)
     rows = np.arange(len(keys), dtype=np.int64)
     if keys.null_count:
-        rows = rows[keys.is_valid().to_numpy(zero_copy_only=False)]
+        rows = rows[is_valid(keys)]
     if not len(rows):
         return out
     offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset:

@@ -1,6 +1,7 @@
 """Arrow shapes of fetched records: Spark's Kafka source schema, and gathering from buffers.
 
-Layer: protocol (sans-IO). Imports numpy and pyarrow; ``record_columns_types`` only for its types.
+Layer: protocol (sans-IO). Imports numpy, pyarrow and ``arrow_numpy``; ``record_columns_types``
+only for its types.
 Spark's Python data source checks that every yielded ``pyarrow.RecordBatch`` has exactly the
 Arrow schema it derives from the source's declared schema (``to_arrow_schema``, UTC): ``binary``
 not ``large_binary``, ``timestamp[us, tz=UTC]``, int32/int64 as declared, and a list child named
@@ -15,6 +16,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 from numpy.lib.stride_tricks import as_strided
+
+from kafka_ds.protocol.arrow_numpy import from_numpy, repeat_string
 
 if TYPE_CHECKING:
     from kafka_ds.protocol.record_columns_types import RecordColumns
@@ -35,6 +38,7 @@ _SPARK_FIELDS = [
     pa.field("timestampType", pa.int32()),
 ]
 SPARK_SCHEMA = pa.schema(_SPARK_FIELDS)
+_TIMESTAMP_TYPE = _SPARK_FIELDS[5].type
 SPARK_SCHEMA_WITH_HEADERS = pa.schema([*_SPARK_FIELDS, pa.field("headers", HEADERS_TYPE)])
 
 
@@ -48,7 +52,7 @@ def take_pairs(buffer: pa.Buffer, a_start: Int64Array, a_end: Int64Array, b_star
     """
     rows = len(a_start)
     if not rows:
-        return pa.array([], pa.binary()), pa.array([], pa.binary())
+        return pa.nulls(0, pa.binary()), pa.nulls(0, pa.binary())
     bounds = np.empty((rows, 4), dtype=np.int32)
     bounds[:, 0] = a_start
     bounds[:, 1] = a_end
@@ -57,7 +61,8 @@ def take_pairs(buffer: pa.Buffer, a_start: Int64Array, a_end: Int64Array, b_star
     segments = pa.Array.from_buffers(pa.binary(), 4 * rows - 1,
                                      [None, pa.py_buffer(bounds), buffer])
     picks = np.arange(0, 4 * rows, 4, dtype=np.int32)
-    return segments.take(picks), segments.take(picks + 2)
+    return (segments.take(from_numpy(picks, pa.int32())),
+            segments.take(from_numpy(picks + 2, pa.int32())))
 
 
 def gather(data: npt.NDArray[np.uint8], buffer: pa.Buffer, starts: Int64Array,
@@ -95,7 +100,7 @@ def gather(data: npt.NDArray[np.uint8], buffer: pa.Buffer, starts: Int64Array,
     bounds[:, 1] = ends
     segments = pa.Array.from_buffers(pa.binary(), 2 * rows - 1,
                                      [None, pa.py_buffer(bounds), buffer])
-    return segments.take(np.arange(0, 2 * rows, 2, dtype=np.int32))
+    return segments.take(from_numpy(np.arange(0, 2 * rows, 2, dtype=np.int32), pa.int32()))
 
 
 def with_validity(array: pa.BinaryArray, valid: BoolArray) -> pa.BinaryArray:
@@ -120,12 +125,11 @@ def to_arrow(columns: RecordColumns, topic: str, partition: int, *,
     arrays = [
         columns.keys,
         columns.values,
-        pa.repeat(pa.scalar(topic, pa.string()), rows),
-        pa.array(np.full(rows, partition, dtype=np.int32)),
-        pa.array(columns.offsets),
-        pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), rows,
-                              [None, pa.py_buffer(timestamps_us)]),
-        pa.array(columns.timestamp_types),
+        repeat_string(topic, rows),
+        from_numpy(np.full(rows, partition, dtype=np.int32), pa.int32()),
+        from_numpy(columns.offsets, pa.int64()),
+        from_numpy(timestamps_us, _TIMESTAMP_TYPE),
+        from_numpy(columns.timestamp_types, pa.int32()),
     ]
     if not include_headers:
         return pa.RecordBatch.from_arrays(arrays, schema=SPARK_SCHEMA)

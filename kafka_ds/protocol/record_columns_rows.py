@@ -1,8 +1,8 @@
 """Steps 2-4 of decoding a fetch buffer: the rows of the scanned records sections.
 
 Layer: protocol (sans-IO). Imports numpy, pyarrow and this package's ``varint_arrays``,
-``record_arrow``, ``record_walk`` and ``record_columns_scan`` (for its types). Given the records
-sections laid end to end (``record_columns_scan``):
+``record_arrow``, ``arrow_numpy``, ``record_walk`` and ``record_columns_scan`` (for its
+types). Given the records sections laid end to end (``record_columns_scan``):
 
 2. Find where every record starts by following the record length varints (the only step that
    is sequential by nature; compressed batches were walked as they were decompressed).
@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from kafka_ds.protocol.arrow_numpy import binary_from_list, from_mask, from_numpy
 from kafka_ds.protocol.errors import DecodeError
 from kafka_ds.protocol.primitives import read_varint
 from kafka_ds.protocol.record_arrow import (
@@ -240,8 +241,8 @@ def _check(valid: BoolArray, starts: Int64Array, what: str, detail: str, where: 
 
 def _empty_rows(include_headers: bool) -> _Rows:
     empty = np.zeros(0, dtype=np.int64)
-    return (empty, empty.copy(), np.zeros(0, dtype=np.int32), pa.array([], pa.binary()),
-            pa.array([], pa.binary()), pa.array([], HEADERS_TYPE) if include_headers else None,
+    return (empty, empty.copy(), np.zeros(0, dtype=np.int32), pa.nulls(0, pa.binary()),
+            pa.nulls(0, pa.binary()), pa.nulls(0, HEADERS_TYPE) if include_headers else None,
             np.zeros(0, dtype=np.int32))
 
 
@@ -292,18 +293,18 @@ def _decode_headers(data: npt.NDArray[np.uint8], area: Buffer, pos: Int64Array,
                 raise DecodeError(f"record header{where}", at, "header overruns the record")
         pos[row] = at
     if (pos != record_end).any():  # validate before building arrays over these offsets
-        return pa.array([], HEADERS_TYPE), pos
+        return pa.nulls(0, HEADERS_TYPE), pos
     keys, values = take_pairs(pa.py_buffer(area), key_start, key_end, value_start, value_end)
     names = pa.Array.from_buffers(pa.string(), total, [None, *keys.buffers()[1:]])
     try:
         names.validate(full=True)
     except pa.ArrowInvalid:  # not UTF-8: replace bad bytes, as Java's String decoding does
-        names = pa.array([raw.decode("utf-8", "replace") for raw in keys.to_pylist()],
-                         pa.string())
+        names = binary_from_list([raw.decode("utf-8", "replace").encode()
+                                  for raw in keys.to_pylist()]).cast(pa.string())
     struct_values = pa.StructArray.from_arrays(
         [names, with_validity(values, value_valid)], fields=list(HEADER_STRUCT_TYPE))
     header_list = pa.ListArray.from_arrays(
-        pa.array(list_offsets.astype(np.int32)), struct_values, type=HEADERS_TYPE,
-        mask=pa.array(header_count == 0))
+        from_numpy(list_offsets, pa.int32()), struct_values, type=HEADERS_TYPE,
+        mask=from_mask(header_count == 0))
     return header_list, pos
 

@@ -1,7 +1,8 @@
 """The columns a fetch buffer decodes to: ``RecordColumns`` (rows) and ``BatchColumns``.
 
-Layer: protocol (sans-IO). Imports numpy, pyarrow and ``errors``. Built by ``record_columns``
-(and ``record_columns_legacy``); read by ``read_committed``, ``record_arrow`` and the client.
+Layer: protocol (sans-IO). Imports numpy, pyarrow, ``arrow_numpy`` and ``errors``. Built by
+``record_columns`` (and ``record_columns_legacy``); read by ``read_committed``,
+``record_arrow`` and the client.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from kafka_ds.protocol.arrow_numpy import from_mask
 from kafka_ds.protocol.errors import DecodeError
 
 Int64Array = npt.NDArray[np.int64]
@@ -67,7 +69,7 @@ class RecordColumns:
 
     def filter(self, keep: BoolArray) -> RecordColumns:
         """The rows where ``keep`` is True (batch metadata and bookkeeping unchanged)."""
-        mask = pa.array(keep, type=pa.bool_())
+        mask = from_mask(keep)
         return replace(
             self, offsets=self.offsets[keep], timestamps_ms=self.timestamps_ms[keep],
             timestamp_types=self.timestamp_types[keep], keys=self.keys.filter(mask),

@@ -1,8 +1,9 @@
 """Encode record batches from columns, with no Python work per record (for bulk sends).
 
 Layer: protocol (sans-IO). Imports numpy, pyarrow and this package's ``records``,
-``record_builder``, ``varint_arrays``, ``compression`` and ``errors``. The output is
-byte-identical to ``records.encode_batch`` given the same records (tests hold the two together).
+``record_builder``, ``varint_arrays``, ``arrow_numpy``, ``compression`` and ``errors``. The
+output is byte-identical to ``records.encode_batch`` given the same records (tests hold the two
+together).
 
 The mirror image of ``record_columns``. A record is the concatenation of pieces::
 
@@ -41,6 +42,12 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kafka_ds.protocol.arrow_numpy import (
+    binary_scalar,
+    from_numpy,
+    is_valid,
+    list_offsets,
+)
 from kafka_ds.protocol.compression import Compression
 from kafka_ds.protocol.errors import EncodeError
 from kafka_ds.protocol.record_builder import (
@@ -62,6 +69,8 @@ _MAX_SECTION_BYTES = 2**31 - 1  # one Arrow binary array holds the whole section
 # Below this many records the per-record encoder is faster than numpy's fixed cost per call
 # (about 60 numpy/Arrow calls per batch, whatever its size).
 _VECTOR_MIN_ROWS = 40
+# The joins' separator, an Arrow scalar: given as b"", pyarrow would import pandas (arrow_numpy).
+_NO_SEPARATOR = binary_scalar(b"")
 
 
 def encode_records_section(
@@ -178,7 +187,7 @@ def _encode_vectorized(key_array: pa.Array, value_array: pa.Array, timestamp_del
             _binary_array(ragged_bytes(fields[:, :5], sizes[:, :5])[0], prefix_bytes),
             key_array,
             _binary_array(ragged_bytes(fields[:, 5], sizes[:, 5])[0], sizes[:, 5]),
-            value_array, _zero_bytes(rows), b"",
+            value_array, _zero_bytes(rows), _NO_SEPARATOR,
             null_handling="replace", null_replacement=b"")  # null key or value: no bytes
     else:
         small_data, _ = ragged_bytes(fields, sizes)
@@ -189,7 +198,7 @@ def _encode_vectorized(key_array: pa.Array, value_array: pa.Array, timestamp_del
         piece_bytes[:, 1:] = sizes[:, 5:]
         arrays = [_binary_array(small_data, piece_bytes), key_array, value_array,
                   *header_parts.arrays]
-        order = pa.array(_interleave_with_headers(rows, header_parts.counts))
+        order = from_numpy(_interleave_with_headers(rows, header_parts.counts), pa.int32())
         section = pa.concat_arrays(arrays).take(order)
     data = section.buffers()[2]
     if data is None:
@@ -246,7 +255,7 @@ def _encode_values_only(value_array: pa.Array, timestamp_deltas: Int64Array,
     piece_bytes[rows] = 1
     small_data, _ = ragged_bytes(fields, sizes)
     joined = pc.binary_join_element_wise(_binary_array(small_data, piece_bytes),
-                                         _with_empty_last(value_array), b"")
+                                         _with_empty_last(value_array), _NO_SEPARATOR)
     data = joined.buffers()[2]
     if data is None:
         raise EncodeError(f"records section of {total} bytes cannot be encoded in one batch")
@@ -354,7 +363,7 @@ def binary_lengths(column: pa.Array) -> Int64Array:
     offsets = offsets[column.offset:column.offset + len(column) + 1].astype(np.int64)
     lengths = np.diff(offsets)
     if column.null_count:
-        lengths[column.is_null().to_numpy(zero_copy_only=False)] = -1
+        lengths[~is_valid(column)] = -1
     return lengths
 
 
@@ -410,9 +419,9 @@ def _header_parts(headers: HeadersLike | None, rows: int) -> _HeaderParts | None
             pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
     if len(array) != rows:
         raise EncodeError(f"{len(array)} header lists for {rows} records")
-    counts = np.diff(array.offsets.to_numpy().astype(np.int64))
+    counts = np.diff(list_offsets(array))
     if array.null_count:
-        counts[array.is_null().to_numpy(zero_copy_only=False)] = 0
+        counts[~is_valid(array)] = 0
     if not counts.any():
         return None
     flat = array.flatten()  # the header structs of non-null lists, in record order

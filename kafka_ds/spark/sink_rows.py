@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from kafka_ds.client.delivery import BulkFuture
 from kafka_ds.client.producer import Producer
 from kafka_ds.protocol.arrow_batches import describe_rows
+from kafka_ds.protocol.arrow_numpy import from_numpy, is_valid, to_numpy
 from kafka_ds.spark.sink_messages import SinkWriteError
 from kafka_ds.spark.sink_options import InputColumns
 
@@ -72,17 +73,17 @@ class RowWriter:
         assert self.columns.topic is not None
         topics = batch.column(self.columns.topic)
         if topics.null_count:
-            rows = np.flatnonzero(topics.is_null().to_numpy(zero_copy_only=False))
+            rows = np.flatnonzero(~is_valid(topics))
             raise SinkWriteError(
                 f"Null topic present in the data ({len(rows)} row(s) of this task: "
                 f"{describe_rows(rows, lambda row: 'topic null')}). Use the topic option for "
                 "setting a default topic.")
-        names = pc.unique(topics).to_pylist()
+        names = pc.unique(topics)
         if len(names) == 1:
-            yield names[0], batch
+            yield names[0].as_py(), batch
             return
-        for name in names:
-            yield name, batch.filter(pc.equal(topics, name))
+        for name in names:  # Arrow scalars: a Python str here would make pyarrow load pandas
+            yield name.as_py(), batch.filter(pc.equal(topics, name))
 
     def wait(self, timeout_ms: int | None = None) -> None:
         """Flush, then raise one ``SinkWriteError`` summarising every failed send."""
@@ -131,11 +132,14 @@ def _timestamps_ms(column: pa.Array, is_long: bool, now_ms: int) -> Any:
     if is_long:
         return column
     micros = column.cast(pa.int64())
-    millis = np.floor_divide(micros.fill_null(0).to_numpy(zero_copy_only=False), 1000)
+    millis = np.floor_divide(to_numpy(micros), 1000)
     if micros.null_count:
-        return pa.array(millis, pa.int64(), mask=micros.is_null().to_numpy(zero_copy_only=False))
+        return from_numpy(millis, pa.int64(), valid=is_valid(micros))
     return millis
 
 
 def _partitions(column: pa.Array) -> Any:
-    return column.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    partitions = to_numpy(column.cast(pa.int64())).astype(np.int64)  # a copy: nulls set below
+    if column.null_count:
+        partitions[~is_valid(column)] = -1
+    return partitions
