@@ -37,6 +37,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+# Columns built through their buffers, as pykafka's are: pa.array would make pyarrow import
+# pandas in the worker (kafka_ds.protocol.arrow_numpy), a cost that is no Python source's
+# necessarily, and one that would stay in the workers that later benchmarks share.
+from kafka_ds.protocol.arrow_numpy import binary_from_list, from_numpy, repeat_string
+
 
 class _Range(InputPartition):
     def __init__(self, start: int, end: int) -> None:
@@ -63,7 +68,7 @@ class _FloorReader(DataSourceStreamReader):
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
         values = [b"%099d" % index for index in range(partition.start, partition.end)]
-        yield pa.RecordBatch.from_arrays([pa.array(values, pa.binary())], ["value"])
+        yield pa.RecordBatch.from_arrays([binary_from_list(values)], ["value"])
 
 
 class FloorSource(DataSource):
@@ -150,17 +155,17 @@ class _KafkaShape:
             pa.nulls(rows, pa.binary()),
             pa.Array.from_buffers(pa.binary(), rows,
                                   [None, value_offsets, pa.py_buffer(b"v" * (size * rows))]),
-            pa.array([self.topic] * rows, pa.string()),
-            pa.array(np.full(rows, part.partition, dtype=np.int32)),
+            repeat_string(self.topic, rows),
+            from_numpy(np.full(rows, part.partition, dtype=np.int32), pa.int32()),
             None,  # the offsets, per slice
-            pa.array(np.full(rows, 1_700_000_000_000_000, dtype=np.int64)).cast(
-                pa.timestamp("us", tz="UTC")),
-            pa.array(np.zeros(rows, dtype=np.int32))]
+            from_numpy(np.full(rows, 1_700_000_000_000_000, dtype=np.int64),
+                       pa.timestamp("us", tz="UTC")),
+            from_numpy(np.zeros(rows, dtype=np.int32), pa.int32())]
         names = [name for name, _ in _KAFKA_FIELDS]
         for start in range(part.start, part.end, rows):
             n = min(rows, part.end - start)
             columns = [column.slice(0, n) if column is not None
-                       else pa.array(np.arange(start, start + n, dtype=np.int64))
+                       else from_numpy(np.arange(start, start + n, dtype=np.int64), pa.int64())
                        for column in constant]
             yield pa.RecordBatch.from_arrays(columns, names)
         # As pykafka's reads do (workerGcFreeze): else Spark's gc.collect() after each task
