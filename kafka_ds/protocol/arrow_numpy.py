@@ -8,14 +8,15 @@ pyarrow imports pandas, when it is installed, the first time any of many convers
 ``pa.array`` (of a list or of a numpy array), ``pa.scalar`` of a Python value,
 ``Array.to_numpy``, ``take`` given a numpy index, a compute function given a Python scalar
 (``fill_null(0)``, ``pc.equal(array, "name")``, a join's ``b""`` separator). pyspark's sql
-extra installs pandas, so in every Spark Python worker the first read or write paid for
-importing it: 0.41 s of CPU and 39 MB of resident memory per worker process (pandas 3.1,
-measured 2026-11-28), for a library kafka_ds never uses, in each of the up to one worker per
-executor core. Arrays made from their buffers (``pa.Array.from_buffers``, ``np.frombuffer``)
-and scalars taken from such arrays ask pyarrow nothing about pandas. The read and write paths
-convert through this module only; ``tests/protocol/test_arrow_numpy.py`` runs them in a fresh
-interpreter and fails if pandas was imported. (The legacy decoder, for message formats v0/v1
-that no client has written since Kafka 0.11, still builds its few rows with ``pa.array``.)
+extra installs pandas, so every Spark Python worker process (Spark runs up to one per
+executor core) paid for importing it on its first read or write: 0.41 s of CPU and 39 MB of
+resident memory (pandas 3.1, measured 2026-11-28), for a library kafka_ds never uses. Arrays
+made from their buffers (``pa.Array.from_buffers``, ``np.frombuffer``) and scalars taken from
+such arrays ask pyarrow nothing about pandas. The read and write paths convert through this
+module only; ``tests/protocol/test_arrow_numpy.py`` runs them in a fresh interpreter and fails
+if pandas was imported. Left as they were: the legacy decoder (message formats v0/v1, those
+of Kafka before 0.11) and Python sequences given to the client's columnar API, which
+``pa.array`` converts.
 """
 
 from __future__ import annotations
