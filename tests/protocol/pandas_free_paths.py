@@ -1,10 +1,13 @@
 """Runs the read and write paths in this interpreter; exits 1 if pyarrow imported pandas.
 
-Not a test module: ``test_arrow_numpy.py`` runs it in a fresh interpreter (``python <this
-file>``), because the test process has long imported pandas (pyspark's test utilities,
-chispa). Every decode and encode shape below goes through the code that Spark's Python workers
-run, so a conversion that makes pyarrow load pandas (``arrow_numpy``) fails the test and is
-named: a finder on ``sys.meta_path`` records the stack of the first attempt to import it.
+Not a test module: ``tests/protocol/test_arrow_numpy.py`` runs it in a fresh interpreter
+(``python <this file>``), because the test process has long imported pandas (pyspark's test
+utilities, chispa); ``integration/test_pandas_free.py`` runs it with ``BOOTSTRAP TOPIC`` to add
+a round trip through a real broker (``Producer.send_arrow``, transactional, then
+``Fetcher.read_arrow`` read_committed). Every decode and encode shape below goes through the
+code that Spark's Python workers run, so a conversion that makes pyarrow load pandas
+(``arrow_numpy``) fails the test and is named: a finder on ``sys.meta_path`` records the stack
+of the first attempt to import it.
 """
 
 from __future__ import annotations
@@ -149,9 +152,38 @@ def _write_paths() -> None:
     assert sum(part.num_rows for _, part in writer._by_topic(batch)) == rows
 
 
+def _broker_round_trip(bootstrap: str, topic: str) -> None:
+    from kafka_ds.client.fetcher import Fetcher
+    from kafka_ds.client.producer import Producer
+
+    rows = 5000
+    offsets = np.arange(0, 100 * (rows + 1), 100, dtype=np.int32)
+    values = pa.Array.from_buffers(pa.binary(), rows, [None, pa.py_buffer(offsets),
+                                                       pa.py_buffer(b"r" * (100 * rows))])
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-txn",
+                         "compression.type": "lz4"})
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send_arrow(topic, values, values.slice(0, rows)).result(60)
+        producer.send(topic, b"one", b"key").result(60)
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    read = 0
+    with Fetcher.from_properties({"bootstrap.servers": bootstrap,
+                                  "isolation.level": "read_committed",
+                                  "include.headers": "true"}) as fetcher:
+        for batch in fetcher.read_arrow([(topic, 0, 0, rows + 1)]):
+            read += batch.num_rows
+    assert read == rows + 1, read
+
+
 def main() -> int:
     _read_paths()
     _write_paths()
+    if len(sys.argv) == 3:
+        _broker_round_trip(sys.argv[1], sys.argv[2])
     if "pandas" in sys.modules or _ATTEMPTS:
         print("pyarrow imported pandas; first attempt from:", file=sys.stderr)
         print("\n".join(_ATTEMPTS[0] if _ATTEMPTS else ["(unknown)"]), file=sys.stderr)
