@@ -52,6 +52,11 @@ def test_report_tables_and_plots_from_a_real_run(kafka: KafkaCluster, tmp_path: 
     text = (tmp_path / "report.md").read_text()
     for heading in ("Machine", "Versions", "client produce", "decode (one core, CPU time)"):
         assert f"## {heading}\n" in text
+    # The machine's Python speed, to compare runs by: the decode case's 100 B figure.
+    ours_100 = next(m for m in decode if m.scenario == "100 B none" and m.ours)
+    machine = text.split("## Machine\n", 1)[1].split("\n## ", 1)[0]
+    assert (f"- Python speed (one core decoding 100 B records, the decode case): "
+            f"{_fmt(statistics.median(ours_100.samples))};") in machine
     # The broker the harness runs (4.x, or 3.9 under make test-compat), not a fixed version.
     assert f"- Kafka broker and perf tools: {kafka.version}\n" in text
     assert "- confluent-kafka / librdkafka: " in text

@@ -239,6 +239,19 @@ def _slug(case: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in case)
 
 
+def _python_speed_line(measurements: list[Measurement]) -> list[str]:
+    """The machine's speed at our kind of work, to compare runs by: this VM's Python speed
+    varied 4x between runs (the one-core decode at 100 B: 5.13 M records/s on 2026-11-24,
+    1.24 M on 2026-11-28), and ratios against C or JVM peers moved with it."""
+    for m in measurements:
+        if (m.case == "decode (one core, CPU time)" and m.scenario == "100 B none"
+                and m.ours):
+            return [f"- Python speed (one core decoding 100 B records, the decode case): "
+                    f"{_rate(m.median, m.unit)}; ratios against C and JVM peers move with it, "
+                    "so compare runs at a like speed"]
+    return []
+
+
 def write_report(report: Report, out_dir: Path) -> Path:
     """report.md and one PNG per case (plus memory and latency) into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -248,6 +261,7 @@ def write_report(report: Report, out_dir: Path) -> Path:
              "compare ratios, not absolute rates.", "",
              f"Wall time of the run: {report.wall_s / 60:.1f} min.", "", "## Machine", ""]
     lines += [f"- {key}: {value}" for key, value in report.machine.items()]
+    lines += _python_speed_line(report.measurements)
     lines += ["", "## Versions", ""]
     lines += [f"- {key}: {value}" for key, value in report.versions.items()]
     targets = _target_lines(report.targets, report.measurements)
