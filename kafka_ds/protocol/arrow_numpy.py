@@ -8,13 +8,16 @@ pyarrow imports pandas, when it is installed, the first time any of many convers
 ``pa.array`` (of a list or of a numpy array), ``pa.scalar`` of a Python value,
 ``Array.to_numpy``, ``take`` given a numpy index, a compute function given a Python scalar
 (``fill_null(0)``, ``pc.equal(array, "name")``, a join's ``b""`` separator). pyspark's sql
-extra installs pandas, so every Spark Python worker process (Spark runs up to one per
-executor core) paid for importing it on its first read or write: 0.41 s of CPU and 39 MB of
-resident memory (pandas 3.1, measured 2026-11-28), for a library kafka_ds never uses. Arrays
-made from their buffers (``pa.Array.from_buffers``, ``np.frombuffer``) and scalars taken from
-such arrays ask pyarrow nothing about pandas. The read and write paths convert through this
-module only; ``tests/protocol/test_arrow_numpy.py`` runs them in a fresh interpreter and fails
-if pandas was imported. Left as they were: the legacy decoder (message formats v0/v1, those
+extra installs pandas, so every Spark Python worker process that read through us (Spark runs
+up to one per executor core) paid for importing it on its first read: 0.41 s of CPU and 39 MB
+of resident memory (pandas 3.1, measured 2026-11-28), for a library kafka_ds never uses.
+(A worker that writes loads it all the same, in pyspark 4.3's own code: the task's commit
+message goes back through ``pa.array`` in ``write_into_data_source``; the encoder keeps clear
+of it for the client's users and for a pyspark that stops.) Arrays made from their buffers
+(``pa.Array.from_buffers``, ``np.frombuffer``) and scalars taken from such arrays ask pyarrow
+nothing about pandas. The read and write paths convert through this module only;
+``tests/protocol/test_arrow_numpy.py`` runs them in a fresh interpreter and fails if pandas
+was imported. Left as they were: the legacy decoder (message formats v0/v1, those
 of Kafka before 0.11) and Python sequences given to the client's columnar API, which
 ``pa.array`` converts.
 """
