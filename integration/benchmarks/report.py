@@ -55,7 +55,10 @@ from integration.harness.cluster import KafkaCluster, java_executable
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT_CASES = ["decode", "produce", "consume"]
-SPARK_CASES = ["spark-read", "spark-write", "memory", "latency"]
+# The memory case runs before any Spark write: Spark reuses its Python workers, and a worker
+# that has written holds pandas, which pyspark 4.3 loads to return a write task's commit message
+# (kafka_ds.protocol.arrow_numpy); the memory case measures a worker that only read.
+SPARK_CASES = ["spark-read", "memory", "spark-write", "latency"]
 CASES = CLIENT_CASES + SPARK_CASES
 
 
