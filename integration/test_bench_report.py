@@ -13,6 +13,8 @@ import statistics
 import struct
 from pathlib import Path
 
+import pytest
+
 from integration.benchmarks import report, report_cases
 from integration.benchmarks.report_writer import Measurement, ratios
 from integration.harness.cluster import KafkaCluster
@@ -128,3 +130,37 @@ def test_a_target_compares_the_best_of_our_settings_with_the_best_of_the_peers()
     # Without the tuned figure the same target is missed: 3 / 4.
     lines = _target_lines([Target("c", "", ("ours",), ("peer", "peer tuned"), 1.2)], rows)
     assert lines[2].endswith("| 0.75x | NO |")
+
+
+def test_the_latency_case_alternates_the_connectors_and_pools_their_halves(
+        kafka: KafkaCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The queries are replaced (their lags are made up here); the feeder and the topic are
+    # the case's own, against the harness broker.
+    import numpy as np
+
+    calls: list[tuple[str, float]] = []
+    made: dict[str, list[np.ndarray]] = {"pykafka": [], "kafka": []}
+
+    def fake_lags(spark: object, bootstrap: str, topic: str, fmt: str,
+                  seconds: float) -> np.ndarray:
+        assert bootstrap == kafka.bootstrap() and topic.startswith("bench-latency-")
+        calls.append((fmt, seconds))
+        lags = np.random.default_rng(len(calls)).exponential(100 * len(calls), 500)
+        made[fmt].append(lags)
+        return lags
+
+    monkeypatch.setattr(report_cases, "_latency_lags", fake_lags)
+    config = dataclasses.replace(TINY, latency_seconds=8)
+    found = report_cases.latency(None, kafka, config, lambda line: None)
+
+    half = config.latency_seconds / 2
+    # One warm-up query each, then A B B A; the warm-ups' lags are left out.
+    assert calls == [("pykafka", half), ("kafka", half),
+                     ("pykafka", half), ("kafka", half), ("kafka", half), ("pykafka", half)]
+    assert [lat.connector for lat in found] == ["pykafka", report_cases.JVM]
+    for lat, fmt in zip(found, ("pykafka", "kafka"), strict=True):
+        pooled = np.concatenate(made[fmt][1:])
+        assert lat.records == 1_000
+        assert lat.p50_ms == pytest.approx(np.median(pooled))
+        assert lat.p99_ms == pytest.approx(np.percentile(pooled, 99))
+        assert lat.max_ms == pooled.max()

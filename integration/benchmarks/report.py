@@ -18,7 +18,9 @@ Cases (``--only`` picks some):
   (bench_spark_source.py);
 - ``spark-write``: pykafka exactly-once and at-least-once vs the JVM sink (bench_spark_sink.py);
 - ``memory``: the Python worker's RSS while one task reads a topic >= 10x its fetch bounds;
-- ``latency``: produce-to-foreachBatch p50/p99 at a steady 10 k records/s, both connectors.
+- ``latency``: produce-to-foreachBatch p50/p99 at a steady 10 k records/s, both connectors,
+  each warmed up by a query not measured, then run twice for half the time in the order
+  A B B A, its records pooled.
 
 The Spark session runs its Python workers over Unix domain sockets, as the README recommends
 for ``format("pykafka")`` (``spark_settings``; the report lists it under Versions);
