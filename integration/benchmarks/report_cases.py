@@ -69,7 +69,7 @@ QUICK = Config(runs=3, sizes=[100, 1000], codecs=["none"], decode_buffer_bytes=1
                produce_modes=["idempotent"], consume_bytes=10_000_000,
                kafka_python_consume_records=20_000, spark_read_bytes=12_000_000,
                spark_write_bytes=12_000_000, memory_records=60_000, latency_rate=10_000,
-               latency_seconds=12)
+               latency_seconds=6)  # six queries of 3 s: the latency case's warm-up and halves
 FULL = Config(runs=5, sizes=[100, 1000], codecs=["none", "lz4", "zstd"],
               decode_buffer_bytes=2 << 20, produce_records=200_000,
               kafka_python_produce_records=30_000, produce_modes=["idempotent", "transactional"],
