@@ -60,6 +60,7 @@ def test_a_process_tree_its_cpu_and_a_gone_process() -> None:
     assert procfs.parent_of(child.pid) is None
     assert procfs.cmdline(child.pid) == ""
     assert procfs.rss_mib(child.pid) == 0.0
+    assert procfs.rss_mib(child.pid, anonymous=True) == 0.0
 
 
 def _check_tree(child: int, reaped: int, sleeper: int) -> None:
@@ -73,3 +74,40 @@ def _check_tree(child: int, reaped: int, sleeper: int) -> None:
     assert procfs.cpu_s_of(child, with_children=True) >= 0.3
     assert procfs.cpu_s_of(child, with_children=False) < 0.3
     assert procfs.rss_mib(child) > 1
+
+
+# A child that maps a file and reads every page of it (resident, but file-backed), then
+# allocates and touches 48 MiB of its own (anonymous), printing a line after each step.
+_MAPPER = """
+import mmap, sys
+with open(sys.argv[1], "rb") as file:
+    mapped = mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
+    total = sum(mapped[at] for at in range(0, len(mapped), 4096))
+    print("mapped", total, flush=True)
+    sys.stdin.readline()
+    own = bytearray(48 << 20)
+    for at in range(0, len(own), 4096):
+        own[at] = 1
+    print("allocated", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_anonymous_rss_leaves_out_the_pages_of_mapped_files(tmp_path: Path) -> None:
+    data = tmp_path / "mapped.bin"
+    data.write_bytes(os.urandom(64 << 20))
+    child = subprocess.Popen([sys.executable, "-c", _MAPPER, str(data)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().startswith("mapped")
+        total, anonymous = procfs.rss_mib(child.pid), procfs.rss_mib(child.pid, anonymous=True)
+        assert total - anonymous >= 60  # the 64 MiB file is resident, and not anonymous
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().startswith("allocated")
+        assert procfs.rss_mib(child.pid, anonymous=True) - anonymous >= 46
+        assert procfs.rss_mib(child.pid) - total >= 46
+    finally:
+        child.kill()
+        child.wait()

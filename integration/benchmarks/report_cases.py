@@ -362,9 +362,11 @@ def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
     read(1000)  # start the Python worker, connect, import
     pids = descendants(jvm_pid)
     baseline = {pid: rss_mib(pid) for pid in pids}
+    anon_baseline = {pid: rss_mib(pid, anonymous=True) for pid in pids}
     cpu_before = {pid: cpu_s_of(pid, with_children=False) for pid in pids}
     seconds: list[float] = []
     rss: dict[int, list[float]] = {}
+    anon: dict[int, list[float]] = {}
     done = threading.Event()
 
     def sample() -> None:
@@ -377,6 +379,8 @@ def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
             seconds.append(now - began)
             for pid in pids:
                 rss.setdefault(pid, [0.0] * (len(seconds) - 1)).append(rss_mib(pid))
+                anon.setdefault(pid, [0.0] * (len(seconds) - 1)).append(
+                    rss_mib(pid, anonymous=True))
             done.wait(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -388,10 +392,12 @@ def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
         sampler.join(10)
     worker = max(rss, key=lambda pid: cpu_s_of(pid, with_children=False)
                  - cpu_before.get(pid, 0.0))
-    trace = MemoryTrace(records * size, bound, seconds, rss[worker], baseline.get(worker, 0.0))
+    trace = MemoryTrace(records * size, bound, seconds, rss[worker], baseline.get(worker, 0.0),
+                        anon[worker], anon_baseline.get(worker, 0.0))
     progress(f"memory: {records * size / 1e6:.0f} MB read by one task, worker RSS "
              f"{trace.baseline_mb:.0f} MB before, peak {trace.early_peak_mb:.0f} MB in the first "
-             f"third, {trace.peak_mb:.0f} MB overall ({len(seconds)} samples)")
+             f"third, {trace.peak_mb:.0f} MB overall; anonymous {trace.anon_baseline_mb:.0f} MB "
+             f"before, peak {max(trace.anon_mb):.0f} MB ({len(seconds)} samples)")
     return trace
 
 

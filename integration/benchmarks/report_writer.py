@@ -53,6 +53,10 @@ class MemoryTrace:
     seconds: list[float]          # sample times since the read started
     rss_mb: list[float]           # RSS of the worker that ran the task, at each sample
     baseline_mb: float            # before the read (worker idle, after a warm-up read)
+    # The same without the pages of mapped files (procfs.rss_mib): what the worker itself
+    # holds, comparable between machines whose page caches differ.
+    anon_mb: list[float]
+    anon_baseline_mb: float
 
     @property
     def early_peak_mb(self) -> float:
@@ -204,6 +208,7 @@ def plot_memory(trace: MemoryTrace, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.plot(trace.seconds, trace.rss_mb, label="RSS of the Python worker that ran the task")
+    ax.plot(trace.seconds, trace.anon_mb, label="of which anonymous (not mapped files)")
     ax.axhline(trace.baseline_mb, linestyle=":", color="grey", label="before the read")
     ax.set_xlabel("seconds into the read")
     ax.set_ylabel("MB")
@@ -288,7 +293,10 @@ def write_report(report: Report, out_dir: Path) -> Path:
                   f"buffer, ~{trace.bound_bytes / 1e6:.0f} MB): {trace.baseline_mb:.0f} MB "
                   f"before, peak {trace.early_peak_mb:.0f} MB in the first third of the read, "
                   f"{trace.peak_mb:.0f} MB over the whole read "
-                  f"({len(trace.rss_mb)} samples).", "", "![memory](memory.png)"]
+                  f"({len(trace.rss_mb)} samples). Of that, anonymous memory (the worker's "
+                  f"own, without the pages of the libraries it maps, which depend on the page "
+                  f"cache): {trace.anon_baseline_mb:.0f} MB before, peak "
+                  f"{max(trace.anon_mb):.0f} MB.", "", "![memory](memory.png)"]
     if report.notes:
         lines += ["", "## Notes", "", *[f"- {note}" for note in report.notes]]
     path = out_dir / "report.md"
