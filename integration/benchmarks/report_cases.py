@@ -465,13 +465,13 @@ def latency(spark: Any, cluster: KafkaCluster, config: Config, progress: Progres
     feeder = subprocess.Popen(
         [sys.executable, "-m", "integration.benchmarks.report_cases", "--feed",
          cluster.bootstrap(), topic, str(config.latency_rate), str(budget_s)], cwd=ROOT)
-    # A session's streaming queries get faster for minutes (Spark's JIT: the checkpoint's
-    # writes, planning, foreachBatch): six 20 s queries in a fresh session, alternating,
-    # measured p50 536, 433, 329, 296, 271 and 259 ms (2026-11-28), every phase of a
-    # micro-batch falling alike. Run once each, pykafka first, the case reported pykafka
-    # trailing (p50 339 and 357 ms against 261 and 295 ms). So each connector first runs a
-    # query that is not measured, then two measured halves in the order A B B A, which
-    # cancels what drift is left, and its records are pooled.
+    # A session's streaming queries get faster for minutes (the JVM warming up, its JIT most
+    # likely): six 20 s queries in a fresh session, alternating, measured p50 536, 433, 329,
+    # 296, 271 and 259 ms (2026-11-28), every phase of a micro-batch (checkpoint writes,
+    # planning, the batch itself) falling alike. Run once each, pykafka first, the case
+    # reported pykafka trailing (p50 339 and 357 ms against 261 and 295 ms). So each
+    # connector first runs a query that is not measured, then two measured halves in the
+    # order A B B A, which cancels what drift is left, and its records are pooled.
     first, second = bench_spark_source.FORMATS
     half_s = config.latency_seconds / 2
     lags: dict[str, list[Any]] = {first: [], second: []}
