@@ -38,7 +38,7 @@ from integration.benchmarks import (
 )
 from integration.benchmarks.report_writer import Latency, Measurement, MemoryTrace, Target
 from integration.harness.cluster import KafkaCluster
-from integration.harness.procfs import cpu_s_of, descendants, rss_mib
+from integration.harness.procfs import cpu_s_of, descendants, memory_mib
 
 ROOT = Path(__file__).resolve().parents[2]
 JVM = "kafka (JVM)"
@@ -361,12 +361,10 @@ def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
 
     read(1000)  # start the Python worker, connect, import
     pids = descendants(jvm_pid)
-    baseline = {pid: rss_mib(pid) for pid in pids}
-    anon_baseline = {pid: rss_mib(pid, anonymous=True) for pid in pids}
+    baseline = {pid: memory_mib(pid) for pid in pids}  # (RSS, anonymous) MiB
     cpu_before = {pid: cpu_s_of(pid, with_children=False) for pid in pids}
     seconds: list[float] = []
-    rss: dict[int, list[float]] = {}
-    anon: dict[int, list[float]] = {}
+    memory_by_pid: dict[int, list[tuple[float, float]]] = {}
     done = threading.Event()
 
     def sample() -> None:
@@ -378,9 +376,8 @@ def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
                 refreshed = now
             seconds.append(now - began)
             for pid in pids:
-                rss.setdefault(pid, [0.0] * (len(seconds) - 1)).append(rss_mib(pid))
-                anon.setdefault(pid, [0.0] * (len(seconds) - 1)).append(
-                    rss_mib(pid, anonymous=True))
+                memory_by_pid.setdefault(pid, [(0.0, 0.0)] * (len(seconds) - 1)).append(
+                    memory_mib(pid))
             done.wait(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -390,14 +387,16 @@ def memory(spark: Any, cluster: KafkaCluster, config: Config, progress: Progress
     finally:
         done.set()
         sampler.join(10)
-    worker = max(rss, key=lambda pid: cpu_s_of(pid, with_children=False)
+    worker = max(memory_by_pid, key=lambda pid: cpu_s_of(pid, with_children=False)
                  - cpu_before.get(pid, 0.0))
-    trace = MemoryTrace(records * size, bound, seconds, rss[worker], baseline.get(worker, 0.0),
-                        anon[worker], anon_baseline.get(worker, 0.0))
+    rss_mb, anon_mb = ([sample[i] for sample in memory_by_pid[worker]] for i in (0, 1))
+    before_mb = baseline.get(worker, (0.0, 0.0))
+    trace = MemoryTrace(records * size, bound, seconds, rss_mb, before_mb[0], anon_mb,
+                        before_mb[1])
     progress(f"memory: {records * size / 1e6:.0f} MB read by one task, worker RSS "
              f"{trace.baseline_mb:.0f} MB before, peak {trace.early_peak_mb:.0f} MB in the first "
              f"third, {trace.peak_mb:.0f} MB overall; anonymous {trace.anon_baseline_mb:.0f} MB "
-             f"before, peak {max(trace.anon_mb):.0f} MB ({len(seconds)} samples)")
+             f"before, peak {trace.anon_peak_mb:.0f} MB ({len(seconds)} samples)")
     return trace
 
 

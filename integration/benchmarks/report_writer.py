@@ -53,7 +53,7 @@ class MemoryTrace:
     seconds: list[float]          # sample times since the read started
     rss_mb: list[float]           # RSS of the worker that ran the task, at each sample
     baseline_mb: float            # before the read (worker idle, after a warm-up read)
-    # The same without the pages of mapped files (procfs.rss_mib): what the worker itself
+    # The same without the pages of mapped files (procfs.memory_mib): what the worker itself
     # holds, comparable between machines whose page caches differ.
     anon_mb: list[float]
     anon_baseline_mb: float
@@ -67,6 +67,10 @@ class MemoryTrace:
     @property
     def peak_mb(self) -> float:
         return max(self.rss_mb)
+
+    @property
+    def anon_peak_mb(self) -> float:
+        return max(self.anon_mb)
 
 
 @dataclass
@@ -296,7 +300,7 @@ def write_report(report: Report, out_dir: Path) -> Path:
                   f"({len(trace.rss_mb)} samples). Of that, anonymous memory (the worker's "
                   f"own, without the pages of the libraries it maps, which depend on the page "
                   f"cache): {trace.anon_baseline_mb:.0f} MB before, peak "
-                  f"{max(trace.anon_mb):.0f} MB.", "", "![memory](memory.png)"]
+                  f"{trace.anon_peak_mb:.0f} MB.", "", "![memory](memory.png)"]
     if report.notes:
         lines += ["", "## Notes", "", *[f"- {note}" for note in report.notes]]
     path = out_dir / "report.md"

@@ -88,18 +88,24 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def rss_mib(pid: int, anonymous: bool = False) -> float:
-    """Resident memory of ``pid`` in MiB, 0 when the process is gone: all of it (``VmRSS``),
-    or with ``anonymous`` only the process's own pages (``RssAnon``: heap, stacks, private
-    mappings), without the pages of files it maps. How many pages of a mapped library are
-    resident depends on the page cache as much as on the process: a Python worker in a
-    venv installed a moment before held 25 MB more of pyarrow's library than the same
-    worker in an older venv, with the same anonymous memory (56 MB)."""
-    field = "RssAnon:" if anonymous else "VmRSS:"
+def memory_mib(pid: int) -> tuple[float, float]:
+    """Resident memory of ``pid`` in MiB, from one read of its status: all of it (``VmRSS``)
+    and the process's own pages alone (``RssAnon``: heap, stacks, private mappings, without
+    the pages of files it maps); (0, 0) when the process is gone. How many pages of a mapped
+    library are resident depends on the page cache as much as on the process: a Python
+    worker in a venv installed a moment before held 25 MB more of pyarrow's library than the
+    same worker in an older venv, with the same anonymous memory (56 MB)."""
+    found = {"VmRSS": 0.0, "RssAnon": 0.0}
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field):
-                return int(line.split()[1]) / 1024
+            name, _, value = line.partition(":")  # "VmRSS:\t  123456 kB"
+            if name in found:
+                found[name] = int(value.split()[0]) / 1024
     except OSError:
-        pass
-    return 0.0
+        return 0.0, 0.0
+    return found["VmRSS"], found["RssAnon"]
+
+
+def rss_mib(pid: int, anonymous: bool = False) -> float:
+    """``memory_mib``'s resident figure, or with ``anonymous`` its anonymous one."""
+    return memory_mib(pid)[1 if anonymous else 0]

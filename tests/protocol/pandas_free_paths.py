@@ -168,7 +168,7 @@ def _broker_round_trip(bootstrap: str, topic: str) -> None:
     try:
         producer.init_transactions()
         producer.begin_transaction()
-        producer.send_arrow(topic, values, values.slice(0, rows)).result(60)
+        producer.send_arrow(topic, values, values).result(60)  # keyed: the values
         producer.send(topic, b"one", b"key").result(60)
         producer.commit_transaction()
     finally:
