@@ -26,7 +26,7 @@ The Spark session runs its Python workers over Unix domain sockets, as the READM
 for ``format("pykafka")`` (``spark_settings``; the report lists it under Versions);
 ``--tcp-python-sockets`` keeps Spark's default TCP.
 
-``--quick`` (``make bench-quick``) shrinks every case to finish in about 5 minutes on a quiet
+``--quick`` (``make bench-quick``) shrinks every case to finish in under 5 minutes on a
 2-core machine; the full mode is what the README quotes.
 
     .venv/bin/python -m integration.benchmarks.report --quick
@@ -137,9 +137,10 @@ def run(cluster: KafkaCluster, config: report_cases.Config, cases: list[str], ou
         report.versions["Spark settings"] = spark_settings.describe(spark_conf)
     if mode == "quick":
         report.notes.append(
-            "Quick mode: topics of a few MB, 3 repetitions. Fixed costs (query start, the Python "
-            "planner, the perf tools' JVM) weigh more than in the full run: a smoke test of "
-            "the whole chain, not the figures to quote.")
+            f"Quick mode: topics of a few MB, {config.runs} repetitions "
+            f"({config.spark_read_runs or config.runs} of the Spark reads). Fixed costs (query "
+            "start, the Python planner, the perf tools' JVM) weigh more than in the full run: a "
+            "smoke test of the whole chain, not the figures to quote.")
     if "spark-read" in cases:
         report.notes.append(
             f"Spark read: \"{report_cases.FLOOR_NAME}\" is floor_source's Python data source "
@@ -198,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     config = report_cases.QUICK if args.quick else report_cases.FULL
     config = dataclasses.replace(config, sizes=args.sizes or config.sizes,
                                  codecs=args.codecs or config.codecs,
-                                 runs=args.runs or config.runs)
+                                 runs=args.runs or config.runs,
+                                 spark_read_runs=args.runs or config.spark_read_runs)
     day = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     out_dir = args.out or ROOT / "bench-results" / (day + ("-quick" if args.quick else ""))
     cases = [case for case in CASES if case in args.only]

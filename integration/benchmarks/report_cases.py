@@ -62,6 +62,9 @@ class Config:
     memory_records: int
     latency_rate: int
     latency_seconds: float
+    # Repetitions of the Spark read case (its queries pay seconds of start each, whatever
+    # the topic's size); None: ``runs``.
+    spark_read_runs: int | None = None
 
 
 QUICK = Config(runs=3, sizes=[100, 1000], codecs=["none"], decode_buffer_bytes=1 << 20,
@@ -69,7 +72,10 @@ QUICK = Config(runs=3, sizes=[100, 1000], codecs=["none"], decode_buffer_bytes=1
                produce_modes=["idempotent"], consume_bytes=10_000_000,
                kafka_python_consume_records=20_000, spark_read_bytes=12_000_000,
                spark_write_bytes=12_000_000, memory_records=60_000, latency_rate=10_000,
-               latency_seconds=6)  # six queries of 3 s: the latency case's warm-up and halves
+               latency_seconds=6,  # six queries of 3 s: the latency case's warm-up and halves
+               # The Spark read's 42 queries took 2m12s of a 4.7 min quick run (2026-11-28, a
+               # quiet machine), mostly each query's fixed start: 2 rounds make them 30.
+               spark_read_runs=2)
 FULL = Config(runs=5, sizes=[100, 1000], codecs=["none", "lz4", "zstd"],
               decode_buffer_bytes=2 << 20, produce_records=200_000,
               kafka_python_produce_records=30_000, produce_modes=["idempotent", "transactional"],
@@ -248,7 +254,7 @@ def spark_read(spark: Any, cluster: KafkaCluster, config: Config, progress: Prog
     for (size, codec), (topic, records) in topics.items():
         samples: dict[str, dict[str, list[float]]] = {
             mode: {names[f]: [] for f in formats} for mode in modes}
-        for _ in range(config.runs):
+        for _ in range(config.spark_read_runs or config.runs):
             for fmt in formats:
                 args = _read_args(fmt, topic, records, size)
                 samples["batch"][names[fmt]].append(
