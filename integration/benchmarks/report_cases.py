@@ -73,8 +73,8 @@ QUICK = Config(runs=3, sizes=[100, 1000], codecs=["none"], decode_buffer_bytes=1
                kafka_python_consume_records=20_000, spark_read_bytes=12_000_000,
                spark_write_bytes=12_000_000, memory_records=60_000, latency_rate=10_000,
                latency_seconds=6,  # six queries of 3 s: the latency case's warm-up and halves
-               # The Spark read's 42 queries took 2m12s of a 4.7 min quick run (2026-11-28, a
-               # quiet machine), mostly each query's fixed start: 2 rounds make them 30.
+               # The Spark read's 42 queries took 2m12s of a 4.7 min quick run (2026-11-28,
+               # load 0.6), mostly each query's fixed start: 2 rounds make them 30 (1m30s).
                spark_read_runs=2)
 FULL = Config(runs=5, sizes=[100, 1000], codecs=["none", "lz4", "zstd"],
               decode_buffer_bytes=2 << 20, produce_records=200_000,
