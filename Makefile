@@ -62,7 +62,7 @@ connect-test: jars
 bench: jars
 	$(PY) -m integration.benchmarks.report
 
-# The same cases, small: under 5 minutes on 2 cores (3.8 on a quiet one; bench-results/<date>-quick).
+# The same cases, small: under 5 minutes on 2 cores (3.8-4.5 here; bench-results/<date>-quick).
 bench-quick: jars
 	$(PY) -m integration.benchmarks.report --quick
 
