@@ -60,7 +60,7 @@ def test_a_process_tree_its_cpu_and_a_gone_process() -> None:
     assert procfs.parent_of(child.pid) is None
     assert procfs.cmdline(child.pid) == ""
     assert procfs.rss_mib(child.pid) == 0.0
-    assert procfs.rss_mib(child.pid, anonymous=True) == 0.0
+    assert procfs.memory_mib(child.pid) == (0.0, 0.0)
 
 
 def _check_tree(child: int, reaped: int, sleeper: int) -> None:
@@ -101,13 +101,14 @@ def test_anonymous_rss_leaves_out_the_pages_of_mapped_files(tmp_path: Path) -> N
     try:
         assert child.stdout is not None and child.stdin is not None
         assert child.stdout.readline().startswith("mapped")
-        total, anonymous = procfs.rss_mib(child.pid), procfs.rss_mib(child.pid, anonymous=True)
+        total, anonymous = procfs.memory_mib(child.pid)
         assert total - anonymous >= 60  # the 64 MiB file is resident, and not anonymous
         child.stdin.write("\n")
         child.stdin.flush()
         assert child.stdout.readline().startswith("allocated")
-        assert procfs.rss_mib(child.pid, anonymous=True) - anonymous >= 46
-        assert procfs.rss_mib(child.pid) - total >= 46
+        total_after, anonymous_after = procfs.memory_mib(child.pid)
+        assert anonymous_after - anonymous >= 46
+        assert total_after - total >= 46
     finally:
         child.kill()
         child.wait()

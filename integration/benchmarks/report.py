@@ -138,7 +138,7 @@ def run(cluster: KafkaCluster, config: report_cases.Config, cases: list[str], ou
     if mode == "quick":
         report.notes.append(
             f"Quick mode: topics of a few MB, {config.runs} repetitions "
-            f"({config.spark_read_runs or config.runs} of the Spark reads). Fixed costs (query "
+            f"({config.spark_read_rounds} of the Spark reads). Fixed costs (query "
             "start, the Python planner, the perf tools' JVM) weigh more than in the full run: a "
             "smoke test of the whole chain, not the figures to quote.")
     if "spark-read" in cases:

@@ -66,6 +66,10 @@ class Config:
     # the topic's size); None: ``runs``.
     spark_read_runs: int | None = None
 
+    @property
+    def spark_read_rounds(self) -> int:
+        return self.spark_read_runs or self.runs
+
 
 QUICK = Config(runs=3, sizes=[100, 1000], codecs=["none"], decode_buffer_bytes=1 << 20,
                produce_records=40_000, kafka_python_produce_records=5_000,
@@ -254,7 +258,7 @@ def spark_read(spark: Any, cluster: KafkaCluster, config: Config, progress: Prog
     for (size, codec), (topic, records) in topics.items():
         samples: dict[str, dict[str, list[float]]] = {
             mode: {names[f]: [] for f in formats} for mode in modes}
-        for _ in range(config.spark_read_runs or config.runs):
+        for _ in range(config.spark_read_rounds):
             for fmt in formats:
                 args = _read_args(fmt, topic, records, size)
                 samples["batch"][names[fmt]].append(

@@ -106,6 +106,6 @@ def memory_mib(pid: int) -> tuple[float, float]:
     return found["VmRSS"], found["RssAnon"]
 
 
-def rss_mib(pid: int, anonymous: bool = False) -> float:
-    """``memory_mib``'s resident figure, or with ``anonymous`` its anonymous one."""
-    return memory_mib(pid)[1 if anonymous else 0]
+def rss_mib(pid: int) -> float:
+    """``memory_mib``'s resident figure (``VmRSS``) alone."""
+    return memory_mib(pid)[0]
