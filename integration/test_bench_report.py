@@ -126,10 +126,24 @@ def test_a_target_compares_the_best_of_our_settings_with_the_best_of_the_peers()
             Measurement("c", "s", "peer tuned", False, [4.0])]
     lines = _target_lines([Target("c", "", ("ours", "ours tuned"), ("peer", "peer tuned"), 1.2)],
                           rows)
-    assert lines[2] == ("| c | s | ours, ours tuned / peer, peer tuned | >= 1.20x | 1.25x | yes |")
+    assert lines[2] == ("| c | s | ours, ours tuned / peer, peer tuned | >= 1.20x | 1.25x | yes "
+                        "| - |")
     # Without the tuned figure the same target is missed: 3 / 4.
     lines = _target_lines([Target("c", "", ("ours",), ("peer", "peer tuned"), 1.2)], rows)
-    assert lines[2].endswith("| 0.75x | NO |")
+    assert lines[2].endswith("| 0.75x | NO | - |")
+
+
+def test_a_target_shows_the_no_work_connector_over_the_best_peer_as_its_ceiling() -> None:
+    from integration.benchmarks.report_writer import Target, _target_lines
+
+    rows = [Measurement("c", "s", "ours", True, [3.0]),
+            Measurement("c", "s", "peer", False, [2.0]),
+            Measurement("c", "s", "peer tuned", False, [4.0]),
+            Measurement("c", "s", "no work", False, [1.0, 5.0, 6.0])]
+    target = Target("c", "", ("ours",), ("peer", "peer tuned"), 1.5, ceiling="no work")
+    # The ceiling counts for neither side: ours 3 / best peer 4, ceiling 5 / 4.
+    assert _target_lines([target], rows)[2] == (
+        "| c | s | ours / peer, peer tuned | >= 1.50x | 0.75x | NO | 1.25x |")
 
 
 def test_the_latency_case_alternates_the_connectors_and_pools_their_halves(

@@ -10,8 +10,8 @@ A script, not a test (``make bench-sink``)::
 Without ``--bootstrap`` it starts a one-node harness broker. The session runs Spark's Python
 workers over Unix domain sockets (``spark_settings``; ``--tcp-python-sockets`` for TCP). The
 input is a cached DataFrame of ``--partitions`` partitions (local[2], as the harness session)
-whose ``value`` is ``size`` bytes on average (from half to one and a half times ``size``): a
-row number, then hex digits of a hash (compressible about 2x, as text is). Each scenario
+whose ``value`` is ``size`` bytes on average (from half to one and a half times ``size``):
+bench_fetcher's JSON-like payload lines, as the client benchmarks send. Each scenario
 (value size x codec) writes it, ``--runs`` times and alternating, with:
 
 - ``jvm``: ``format("kafka")``, Spark's own sink (at-least-once: it has nothing else);
@@ -53,6 +53,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from integration.benchmarks import bench_fetcher
 from integration.harness.procfs import cpu_s_of, descendants
 
 WRITERS = ["jvm", "eos", "alo", "noop"]
@@ -93,16 +94,27 @@ def _noop_source() -> Any:
 
 
 def _input(spark: Any, rows: int, size: int, partitions: int, lengths: str = "varied") -> Any:
-    # Lengths vary uniformly from half to one and a half times ``size`` (as in the other
-    # benchmarks): values of one length would measure an encoder's shortcut for equal widths.
-    # ``lengths="fixed"``: every value ``size`` bytes, to compare the two.
-    hashes = (size * 3 // 2 + 12 + 63) // 64
-    length = (str(size) if lengths == "fixed"
-              else f"{size // 2} + CAST(pmod(xxhash64(id), {size + 1}) AS INT)")
-    df = spark.range(0, rows, 1, partitions).selectExpr(
-        f"CAST(substr(concat(lpad(CAST(id AS STRING), 12, '0'), "
-        f"repeat(sha2(CAST(id % 4096 AS STRING), 256), {hashes})), 1, "
-        f"{length}) AS BINARY) AS value")
+    """A cached DataFrame of ``rows`` rows in ``partitions`` partitions whose ``value`` column
+    holds bench_fetcher's JSON-like payload lines, in turn: the values every client benchmark
+    sends and reads, so a codec has the same text to compress here as there (lz4 about 2x at
+    100 B, about 1x at 1 KB; zstd 3x and 1.7x). The input this replaced repeated one hash
+    through each value, which lz4 shrank 13x and zstd 25x at 1 KB, so its compressed writes
+    sent the broker next to nothing.
+
+    The lengths vary from half to one and a half times ``size``: values of one length would
+    measure an encoder's shortcut for equal widths. ``lengths="fixed"``: every value ``size``
+    bytes (the line cut or padded with spaces), to compare the two."""
+    from pyspark.sql import functions as F
+
+    lines = bench_fetcher._payload_file(size).read_bytes().split(b"\n")
+    payloads = spark.createDataFrame(list(enumerate(lines)), "line BIGINT, text BINARY")
+    value = (F.col("text") if lengths == "varied"
+             else F.expr(f"CAST(rpad(CAST(text AS STRING), {size}, ' ') AS BINARY)"))
+    # A broadcast join keeps each partition's ids in order, so consecutive rows carry
+    # consecutive lines, as the client benchmarks send them.
+    df = (spark.range(0, rows, 1, partitions)
+          .join(F.broadcast(payloads), F.col("id") % len(lines) == F.col("line"))
+          .select(value.alias("value")))
     df = df.cache()
     assert df.count() == rows
     return df
@@ -263,7 +275,8 @@ def _profile(bootstrap: str, admin: Any, size: int, codec: str) -> None:
     options = parse_sink_options({"kafka.bootstrap.servers": bootstrap, "topic": topic,
                                   "kafka.compression.type": codec})
     rows = 1_000_000 if size <= 100 else 200_000
-    value = pa.array([(b"%012d" % i + b"ab" * size)[:size] for i in range(10_000)])
+    # The payload lines the Spark writes send (``_input``), 10,000 rows a batch as Spark's.
+    value = pa.array(bench_fetcher._payload_file(size).read_bytes().split(b"\n")[:10_000])
     batches = [pa.record_batch([value], names=["value"])] * (rows // 10_000)
     props = dict(options.producer_properties(f"bench-prof-{uuid.uuid4().hex}", 60_000))
     producer = Producer(props)

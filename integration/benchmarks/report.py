@@ -147,7 +147,16 @@ def run(cluster: KafkaCluster, config: report_cases.Config, cases: list[str], ou
             "that hands Spark rows of the same schema and sizes with no I/O and next to no "
             "work of its own: the fastest any Python source can be read in that scenario, set "
             "by Spark's own costs. It is no peer and no target counts it; its ratio to the "
-            "JVM connector bounds what a Python source can reach there.")
+            "JVM connector bounds what a Python source can reach there (the Targets table's "
+            "ceiling).")
+    if "spark-write" in cases:
+        report.notes.append(
+            f"Spark write: \"{report_cases.NO_IO_SINK}\" is bench_spark_sink's Python data "
+            "source whose writer only iterates the Arrow batches Spark hands it: what Spark "
+            "costs before a Python sink does any work (the JVM side turning rows into Arrow, "
+            "the transfer, the worker reading them). It is no peer and no target counts it; "
+            "its ratio to the JVM sink bounds what a Python sink can reach there (the Targets "
+            "table's ceiling).")
     client_runs: dict[str, Callable[[], Any]] = {
         "decode": lambda: report_cases.decode(config, progress),
         "produce": lambda: report_cases.client_produce(cluster, config, progress),
