@@ -62,7 +62,9 @@ connect-test: jars
 bench: jars
 	$(PY) -m integration.benchmarks.report
 
-# The same cases, small: under 5 minutes on 2 cores (3.8-4.5 here; bench-results/<date>-quick).
+# The same cases, small: under 5 minutes on 2 cores (4.5 on the slowest machine here before
+# the write case's no-I/O sink added about 10 s; 2.2 with it on the fastest).
+# Written to bench-results/<date>-quick.
 bench-quick: jars
 	$(PY) -m integration.benchmarks.report --quick
 
