@@ -99,7 +99,7 @@ def _input(spark: Any, rows: int, size: int, partitions: int, lengths: str = "va
     sends and reads, so a codec has the same text to compress here as there (lz4 about 2x at
     100 B, about 1x at 1 KB; zstd 3x and 1.7x). The input this replaced repeated one hash
     through each value, which lz4 shrank 13x and zstd 25x at 1 KB, so its compressed writes
-    sent the broker next to nothing.
+    sent the broker a thirteenth or a 25th of the bytes.
 
     The lengths vary from half to one and a half times ``size``: values of one length would
     measure an encoder's shortcut for equal widths. ``lengths="fixed"``: every value ``size``
