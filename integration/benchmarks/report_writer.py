@@ -162,7 +162,7 @@ def _target_lines(targets: list[Target], measurements: list[Measurement]) -> lis
             if not ours or not peers:
                 continue
             ratio = max(ours) / max(peers)
-            ceiling = by_connector.get(target.ceiling or "")
+            ceiling = by_connector.get(target.ceiling) if target.ceiling else None
             reach = "-" if ceiling is None else f"{ceiling.median / max(peers):.2f}x"
             lines.append(f"| {target.case} | {scenario} | {', '.join(target.ours)} / "
                          f"{', '.join(target.peers)} | >= {target.minimum:.2f}x | "
