@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,13 @@ def _payload_file(value_bytes: int, distinct: int = 20_000) -> Path:
         lines.append((head + filler)[:max(length - 2, 0)] + '"}')
     path.write_text("\n".join(lines))
     return path
+
+
+@cache
+def payload_lines(value_bytes: int) -> list[bytes]:
+    """The payload file's lines as values, read once per size (every client and run asks
+    again). The file ends without a newline, so no line is empty."""
+    return _payload_file(value_bytes).read_bytes().split(b"\n")
 
 
 def _produce(cluster: KafkaCluster, topic: str, records: int, value_bytes: int,

@@ -32,7 +32,6 @@ each run the topic's end offset is checked: every record (and each commit marker
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import statistics
 import sys
@@ -90,14 +89,8 @@ def bench_values(size: int, count: int) -> list[bytes]:
     in turn. Their lengths vary from half to one and a half times ``size`` and their text
     compresses as text does: values of one length would measure the encoder's shortcut for
     equal lengths, and one repeated letter would measure compressing nothing."""
-    lines = _payload_lines(size)
+    lines = bench_fetcher.payload_lines(size)
     return [lines[index % len(lines)] for index in range(count)]
-
-
-@functools.cache
-def _payload_lines(size: int) -> list[bytes]:
-    """The payload file's lines, read once per size (every client and run asks again)."""
-    return bench_fetcher._payload_file(size).read_bytes().split(b"\n")
 
 
 def _verify(bootstrap: str, topic: str, keys: list[bytes] | None, records: int, txn: bool,

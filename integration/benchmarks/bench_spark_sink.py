@@ -106,7 +106,7 @@ def _input(spark: Any, rows: int, size: int, partitions: int, lengths: str = "va
     bytes (the line cut or padded with spaces), to compare the two."""
     from pyspark.sql import functions as F
 
-    lines = bench_fetcher._payload_file(size).read_bytes().split(b"\n")
+    lines = bench_fetcher.payload_lines(size)
     payloads = spark.createDataFrame(list(enumerate(lines)), "line BIGINT, text BINARY")
     value = (F.col("text") if lengths == "varied"
              else F.expr(f"CAST(rpad(CAST(text AS STRING), {size}, ' ') AS BINARY)"))
@@ -276,7 +276,7 @@ def _profile(bootstrap: str, admin: Any, size: int, codec: str) -> None:
                                   "kafka.compression.type": codec})
     rows = 1_000_000 if size <= 100 else 200_000
     # The payload lines the Spark writes send (``_input``), 10,000 rows a batch as Spark's.
-    value = pa.array(bench_fetcher._payload_file(size).read_bytes().split(b"\n")[:10_000])
+    value = pa.array(bench_fetcher.payload_lines(size)[:10_000])
     batches = [pa.record_batch([value], names=["value"])] * (rows // 10_000)
     props = dict(options.producer_properties(f"bench-prof-{uuid.uuid4().hex}", 60_000))
     producer = Producer(props)
