@@ -178,3 +178,57 @@ def test_the_latency_case_alternates_the_connectors_and_pools_their_halves(
         assert lat.p50_ms == pytest.approx(np.median(pooled))
         assert lat.p99_ms == pytest.approx(np.percentile(pooled, 99))
         assert lat.max_ms == pooled.max()
+
+
+def test_the_micro_batch_case_reads_each_topic_at_each_limit_in_turn(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Spark and the broker stood in: the case's own part is which reads it asks for, with
+    # which maxOffsetsPerTrigger, and what it reports of them.
+    produced: list[tuple[str, int, int, str]] = []
+    reads: list[tuple[str, str, int, dict[str, str]]] = []
+
+    def fake_produce(cluster: object, topic: str, records: int, size: int, codec: str) -> None:
+        produced.append((topic, records, size, codec))
+
+    def fake_stream(spark: object, fmt: str, bootstrap: str, topic: str, records: int,
+                    meter: object, options: dict[str, str]) -> dict[str, float]:
+        reads.append((fmt, topic, records, options))
+        return {"steady_rps": float(len(reads))}
+
+    class Cluster:
+        def bootstrap(self) -> str:
+            return "host:1"
+
+    monkeypatch.setattr(report_cases.bench_spark_source, "_produce", fake_produce)
+    monkeypatch.setattr(report_cases.bench_spark_source, "_stream", fake_stream)
+    monkeypatch.setattr(report_cases.floor_source, "register", lambda spark: None)
+    config = dataclasses.replace(TINY, sizes=[100, 1000], micro_batch_bytes=1_000_003,
+                                 micro_batch_counts=(8, 2), micro_batch_sizes=None,
+                                 micro_batch_runs=2)
+    found = report_cases.spark_micro_batches(None, Cluster(), config,  # type: ignore[arg-type]
+                                             lambda line: None)
+
+    assert [(records, size, codec) for _, records, size, codec in produced] == [
+        (10_000, 100, "none"), (1_000, 1000, "none")]
+    floor = report_cases.FLOOR
+    # Per size and limit: every format once per round, the connectors on the topic made for
+    # that size, the no-I/O source on a made-up topic of the same rows (whole partitions).
+    expected = []
+    for (topic, records, size, _), count in [(produced[0], 8), (produced[0], 2),
+                                             (produced[1], 8), (produced[1], 2)]:
+        limit = {"maxOffsetsPerTrigger": str(records // count + 4)}
+        floor_options = {"rows": str(records - records % 4), "valueBytes": str(size),
+                         "partitions": "4", **limit}
+        expected += 2 * [("pykafka", topic, records, limit), ("kafka", topic, records, limit),
+                         (floor, topic, records - records % 4, floor_options)]
+    assert reads == expected
+    assert [m.scenario for m in found[::3]] == [
+        "100 B none, 0 MB (1250 rows) per micro-batch",
+        "100 B none, 1 MB (5000 rows) per micro-batch",
+        "1000 B none, 0 MB (125 rows) per micro-batch",
+        "1000 B none, 1 MB (500 rows) per micro-batch"]
+    # Each connector's samples are its own reads' rates, in round order.
+    first = {m.connector: m.samples for m in found[:3]}
+    assert first == {"pykafka": [1.0, 4.0], report_cases.JVM: [2.0, 5.0],
+                     report_cases.FLOOR_NAME: [3.0, 6.0]}
+    assert [m.ours for m in found[:3]] == [True, False, False]

@@ -16,6 +16,8 @@ Cases (``--only`` picks some):
 - ``spark-read``: ``format("pykafka")`` vs ``format("kafka")``, batch and availableNow (whole
   query, and its middle micro-batches: the steady state), every column aggregated
   (bench_spark_source.py);
+- ``spark-micro-batches``: the same steady state with micro-batches of a sixteenth, an eighth
+  and a quarter of a 400 MB topic (``maxOffsetsPerTrigger``), uncompressed;
 - ``spark-write``: pykafka exactly-once and at-least-once vs the JVM sink (bench_spark_sink.py);
 - ``memory``: the Python worker's RSS while one task reads a topic >= 10x its fetch bounds;
 - ``latency``: produce-to-foreachBatch p50/p99 at a steady 10 k records/s, both connectors,
@@ -60,7 +62,7 @@ CLIENT_CASES = ["decode", "produce", "consume"]
 # The memory case runs before any Spark write: Spark reuses its Python workers, and a worker
 # that has written holds pandas, which pyspark 4.3 loads to return a write task's commit message
 # (kafka_ds.protocol.arrow_numpy); the memory case measures a worker that only read.
-SPARK_CASES = ["spark-read", "memory", "spark-write", "latency"]
+SPARK_CASES = ["spark-read", "spark-micro-batches", "memory", "spark-write", "latency"]
 CASES = CLIENT_CASES + SPARK_CASES
 
 
@@ -149,6 +151,14 @@ def run(cluster: KafkaCluster, config: report_cases.Config, cases: list[str], ou
             "by Spark's own costs. It is no peer and no target counts it; its ratio to the "
             "JVM connector bounds what a Python source can reach there (the Targets table's "
             "ceiling).")
+    if "spark-micro-batches" in cases:
+        report.notes.append(
+            f"{report_cases.MICRO_BATCH_CASE}: the steady state (middle micro-batches) of "
+            "availableNow reads of one uncompressed topic per value size, with "
+            "maxOffsetsPerTrigger at 1/n of it for each n of "
+            f"{', '.join(map(str, config.micro_batch_counts))}; every column aggregated in "
+            "foreachBatch, as in Spark read. Information for choosing maxOffsetsPerTrigger: no "
+            "target counts it.")
     if "spark-write" in cases:
         report.notes.append(
             f"Spark write: \"{report_cases.NO_IO_SINK}\" is bench_spark_sink's Python data "
@@ -162,6 +172,8 @@ def run(cluster: KafkaCluster, config: report_cases.Config, cases: list[str], ou
         "produce": lambda: report_cases.client_produce(cluster, config, progress),
         "consume": lambda: report_cases.client_consume(cluster, config, progress),
         "spark-read": lambda: report_cases.spark_read(spark, cluster, config, progress),
+        "spark-micro-batches":
+            lambda: report_cases.spark_micro_batches(spark, cluster, config, progress),
         "spark-write": lambda: report_cases.spark_write(spark, cluster, config, progress),
     }
     for case in cases:
@@ -209,7 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     config = dataclasses.replace(config, sizes=args.sizes or config.sizes,
                                  codecs=args.codecs or config.codecs,
                                  runs=args.runs or config.runs,
-                                 spark_read_runs=args.runs or config.spark_read_runs)
+                                 spark_read_runs=args.runs or config.spark_read_runs,
+                                 micro_batch_runs=args.runs or config.micro_batch_runs,
+                                 micro_batch_sizes=None if args.sizes
+                                 else config.micro_batch_sizes)
     day = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     out_dir = args.out or ROOT / "bench-results" / (day + ("-quick" if args.quick else ""))
     cases = [case for case in CASES if case in args.only]

@@ -65,6 +65,13 @@ class Config:
     # Repetitions of the Spark read case (its queries pay seconds of start each, whatever
     # the topic's size); None: ``runs``.
     spark_read_runs: int | None = None
+    # The micro-batch size case: a topic of this many bytes per value size (None: the sizes
+    # of the run), read by availableNow queries of each of these many micro-batches, so that
+    # each query's micro-batches hold topic / n of it; repetitions of each query.
+    micro_batch_bytes: int = 400_000_000
+    micro_batch_counts: tuple[int, ...] = (16, 8, 4)
+    micro_batch_sizes: list[int] | None = None
+    micro_batch_runs: int = 3
 
     @property
     def spark_read_rounds(self) -> int:
@@ -79,7 +86,10 @@ QUICK = Config(runs=3, sizes=[100, 1000], codecs=["none"], decode_buffer_bytes=1
                latency_seconds=6,  # six queries of 3 s: the latency case's warm-up and halves
                # The Spark read's 42 queries took 2m12s of a 4.7 min quick run (2026-11-28,
                # load 0.6), mostly each query's fixed start: 2 rounds make them 30 (1m30s).
-               spark_read_runs=2)
+               spark_read_runs=2,
+               # Six queries, once each (about 10 s): a smoke test of the case.
+               micro_batch_bytes=12_000_000, micro_batch_counts=(6, 3), micro_batch_sizes=[100],
+               micro_batch_runs=1)
 FULL = Config(runs=5, sizes=[100, 1000], codecs=["none", "lz4", "zstd"],
               decode_buffer_bytes=2 << 20, produce_records=200_000,
               kafka_python_produce_records=30_000, produce_modes=["idempotent", "transactional"],
@@ -285,6 +295,46 @@ def spark_read(spark: Any, cluster: KafkaCluster, config: Config, progress: Prog
 
 
 FLOOR = floor_source.KAFKA_FORMAT
+MICRO_BATCH_CASE = "Spark read by micro-batch size"
+
+
+def spark_micro_batches(spark: Any, cluster: KafkaCluster, config: Config,
+                        progress: Progress) -> list[Measurement]:
+    """Steady-state rows/s of availableNow reads whose micro-batches hold 1/n of a topic, for
+    each n of ``micro_batch_counts``: how each connector's rate moves with
+    ``maxOffsetsPerTrigger``, which the Spark read case keeps at a quarter of its topic.
+
+    Uncompressed values only (the codec is not the question), bench_spark_source's stream
+    (every column aggregated in ``foreachBatch``), the middle micro-batches of each query
+    (neither the first, which carries the query's start, nor the last, which reads to the end
+    of the log). The no-I/O Python source reads the same shape beside the two connectors."""
+    out: list[Measurement] = []
+    bootstrap = cluster.bootstrap()
+    floor_source.register(spark)
+    formats = (*bench_spark_source.FORMATS, FLOOR)
+    names = {"pykafka": "pykafka", "kafka": JVM, FLOOR: FLOOR_NAME}
+    for size in config.micro_batch_sizes or config.sizes:
+        records = config.micro_batch_bytes // size
+        topic = f"bench-micro-batches-{size}-{uuid.uuid4().hex[:6]}"
+        bench_spark_source._produce(cluster, topic, records, size, "none")
+        for count in config.micro_batch_counts:
+            # As bench_spark_source's own limit: a few rows over 1/n, so that the sticky
+            # partitioner's uneven partitions leave no sliver of a last micro-batch.
+            per_batch = records // count + bench_spark_source.PARTITIONS
+            samples: dict[str, list[float]] = {names[fmt]: [] for fmt in formats}
+            for _ in range(config.micro_batch_runs):
+                for fmt in formats:
+                    topic_or_floor, rows, meter, options = _read_args(fmt, topic, records, size)
+                    stream = bench_spark_source._stream(
+                        spark, fmt, bootstrap, topic_or_floor, rows, meter,
+                        {**options, "maxOffsetsPerTrigger": str(per_batch)})
+                    samples[names[fmt]].append(stream["steady_rps"])
+            scenario = (f"{_label(size, 'none')}, {config.micro_batch_bytes // count / 1e6:.0f} MB"
+                        f" ({records // count} rows) per micro-batch")
+            rows_found = _measurements(MICRO_BATCH_CASE, scenario, samples, {"pykafka"})
+            out += rows_found
+            progress(f"{MICRO_BATCH_CASE} {scenario}: " + _line(rows_found))
+    return out
 
 
 def _read_args(fmt: str, topic: str, records: int, size: int
