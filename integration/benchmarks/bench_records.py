@@ -17,7 +17,8 @@ Each figure is the median of ``--runs`` timed repetitions, single-threaded (one 
 default with this process's CPU time so that other work on a shared machine does not count.
 CPU time does not shield a figure from a busy machine entirely (the caches and the memory
 bus are shared), so decode rows also show the fastest repetition (``best``) and the share of a
-core the process got (``core``); the last line is the README's "decoding alone" sentence.
+core the process got (``core``); the last line sums the decode medians up in one sentence,
+the figure that ``make bench``'s decode case reports (its "Python speed" line is 100 B none).
 
     .venv/bin/python integration/benchmarks/bench_records.py
     .venv/bin/python integration/benchmarks/bench_records.py --values 100 --codecs none --runs 21
@@ -179,7 +180,7 @@ def main() -> None:
         for name in args.codecs:
             rows[(value_bytes, name)] = measure_rates(value_bytes, CODECS[name], args)
             print(_format(value_bytes, name, rows[(value_bytes, name)]), flush=True)
-    print(README_FIGURE.format(
+    print(DECODE_FIGURE.format(
         buffer_mib=args.buffer_bytes / 2**20, clock=args.clock,
         figures="; ".join(f"{size} B {name}: {found['decode'] / 1e6:.2f} M records/s, "
                           f"{found['decode'] / found['kafka_python_decode']:.1f}x kafka-python"
@@ -187,12 +188,12 @@ def main() -> None:
         share=min(found["core_share"] for found in rows.values())))
 
 
-# The README's "decoding alone" sentence is this line. "core" is the share of a core the
-# decode runs got (CPU time / wall time). When it is low, other processes share the caches
-# and memory bandwidth and the CPU-time median drops too: at load 15-20 on the 2-core VM the
-# median of 41 repetitions was 0.73x the fastest one (100 B lz4). "best" (the fastest
-# repetition) is the nearest to what an idle core gives.
-README_FIGURE = ("\nREADME: decoding alone (one core, {buffer_mib:g} MiB fetch buffers, median "
+# The decode medians in one line (the report's decode case measures the same). "core" is the
+# share of a core the decode runs got (CPU time / wall time). When it is low, other processes
+# share the caches and memory bandwidth and the CPU-time median drops too: at load 15-20 on
+# the 2-core VM the median of 41 repetitions was 0.73x the fastest one (100 B lz4). "best"
+# (the fastest repetition) is the nearest to what an idle core gives.
+DECODE_FIGURE = ("\ndecoding alone (one core, {buffer_mib:g} MiB fetch buffers, median "
                  "{clock} time): {figures}. Lowest core share {share:.0%}: below ~80% the "
                  "machine was busy and the medians understate an idle core.")
 
@@ -215,7 +216,7 @@ def measure_rates(value_bytes: int, codec: Compression, args: Options | argparse
     wall_began, cpu_began = time.perf_counter(), time.process_time()
     decode_samples = [count / s for s in sample_seconds(decode, args.runs)]
     # The share of a core this process got while decoding: far below 1, other work shared the
-    # cores, and even CPU-time rates drop (caches, memory bandwidth): see README_FIGURE.
+    # cores, and even CPU-time rates drop (caches, memory bandwidth): see DECODE_FIGURE.
     core_share = (time.process_time() - cpu_began) / (time.perf_counter() - wall_began)
 
     def encode() -> None:
