@@ -65,9 +65,10 @@ class Config:
     # Repetitions of the Spark read case (its queries pay seconds of start each, whatever
     # the topic's size); None: ``runs``.
     spark_read_runs: int | None = None
-    # The micro-batch size case: a topic of this many bytes per value size (None: the sizes
-    # of the run), read by availableNow queries of each of these many micro-batches, so that
-    # each query's micro-batches hold topic / n of it; repetitions of each query.
+    # The micro-batch size case: one topic of ``micro_batch_bytes`` per value size (the run's
+    # sizes when ``micro_batch_sizes`` is None), read by availableNow queries of n
+    # micro-batches for each n of ``micro_batch_counts``, each query ``micro_batch_runs``
+    # times.
     micro_batch_bytes: int = 400_000_000
     micro_batch_counts: tuple[int, ...] = (16, 8, 4)
     micro_batch_sizes: list[int] | None = None
@@ -87,7 +88,7 @@ QUICK = Config(runs=3, sizes=[100, 1000], codecs=["none"], decode_buffer_bytes=1
                # The Spark read's 42 queries took 2m12s of a 4.7 min quick run (2026-11-28,
                # load 0.6), mostly each query's fixed start: 2 rounds make them 30 (1m30s).
                spark_read_runs=2,
-               # Three queries of one size, once each (about 5 s): a smoke test of the case.
+               # Three queries of one size, once each (about 6 s): a smoke test of the case.
                micro_batch_bytes=12_000_000, micro_batch_counts=(3,), micro_batch_sizes=[100],
                micro_batch_runs=1)
 FULL = Config(runs=5, sizes=[100, 1000], codecs=["none", "lz4", "zstd"],
