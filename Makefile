@@ -63,7 +63,7 @@ bench: jars
 	$(PY) -m integration.benchmarks.report
 
 # The same cases, small: under 5 minutes on 2 cores (4.5 on the slowest machine here before
-# the write case's no-I/O sink added about 10 s and the micro-batch case about 6; 2.4 with
+# the write case's no-I/O sink added about 10 s and the micro-batch case about 12; 2.5 with
 # both on the fastest).
 # Written to bench-results/<date>-quick.
 bench-quick: jars

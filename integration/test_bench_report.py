@@ -202,20 +202,29 @@ def test_the_micro_batch_case_reads_each_topic_at_each_limit_in_turn(
     monkeypatch.setattr(report_cases.bench_spark_source, "_produce", fake_produce)
     monkeypatch.setattr(report_cases.bench_spark_source, "_stream", fake_stream)
     monkeypatch.setattr(report_cases.floor_source, "register", lambda spark: None)
-    config = dataclasses.replace(TINY, sizes=[100, 1000], micro_batch_bytes=1_000_003,
+    config = dataclasses.replace(TINY, sizes=[100, 1000], micro_batch_bytes=10_000_003,
                                  micro_batch_counts=(8, 2), micro_batch_sizes=None,
                                  micro_batch_runs=2)
     found = report_cases.spark_micro_batches(None, Cluster(), config,  # type: ignore[arg-type]
                                              lambda line: None)
 
+    # A warm-up topic of the first size (at most MICRO_BATCH_WARM_BYTES), then one per size.
+    warm_records = report_cases.MICRO_BATCH_WARM_BYTES // 100  # below 10_000_003 // 100
     assert [(records, size, codec) for _, records, size, codec in produced] == [
-        (10_000, 100, "none"), (1_000, 1000, "none")]
+        (warm_records, 100, "none"), (100_000, 100, "none"), (10_000, 1000, "none")]
     floor = report_cases.FLOOR
+    # First, unmeasured, every format streams the warm-up topic in four micro-batches.
+    warm_topic = produced[0][0]
+    warm_limit = {"maxOffsetsPerTrigger": str(warm_records // 4 + 4)}
+    expected = [("pykafka", warm_topic, warm_records, warm_limit),
+                ("kafka", warm_topic, warm_records, warm_limit),
+                (floor, warm_topic, warm_records,
+                 {"rows": str(warm_records), "valueBytes": "100", "partitions": "4",
+                  **warm_limit})]
     # Per size and limit: every format once per round, the connectors on the topic made for
     # that size, the no-I/O source on a made-up topic of the same rows (whole partitions).
-    expected = []
-    for (topic, records, size, _), count in [(produced[0], 8), (produced[0], 2),
-                                             (produced[1], 8), (produced[1], 2)]:
+    for (topic, records, size, _), count in [(produced[1], 8), (produced[1], 2),
+                                             (produced[2], 8), (produced[2], 2)]:
         limit = {"maxOffsetsPerTrigger": str(records // count + 4)}
         floor_options = {"rows": str(records - records % 4), "valueBytes": str(size),
                          "partitions": "4", **limit}
@@ -223,12 +232,83 @@ def test_the_micro_batch_case_reads_each_topic_at_each_limit_in_turn(
                          (floor, topic, records - records % 4, floor_options)]
     assert reads == expected
     assert [m.scenario for m in found[::3]] == [
-        "100 B none, 0 MB (1250 rows) per micro-batch",
-        "100 B none, 1 MB (5000 rows) per micro-batch",
-        "1000 B none, 0 MB (125 rows) per micro-batch",
-        "1000 B none, 1 MB (500 rows) per micro-batch"]
-    # Each connector's samples are its own reads' rates, in round order.
+        "100 B none, 1 MB (12500 rows) per micro-batch",
+        "100 B none, 5 MB (50000 rows) per micro-batch",
+        "1000 B none, 1 MB (1250 rows) per micro-batch",
+        "1000 B none, 5 MB (5000 rows) per micro-batch"]
     first = {m.connector: m.samples for m in found[:3]}
-    assert first == {"pykafka": [1.0, 4.0], report_cases.JVM: [2.0, 5.0],
-                     report_cases.FLOOR_NAME: [3.0, 6.0]}
+    # Each connector's samples are its own reads' rates, in round order (the warm-up's not
+    # among them: the fake's rates count the reads, and the warm-up made the first three).
+    assert first == {"pykafka": [4.0, 7.0], report_cases.JVM: [5.0, 8.0],
+                     report_cases.FLOOR_NAME: [6.0, 9.0]}
+    assert [m.ours for m in found[:3]] == [True, False, False]
+
+
+@pytest.mark.parametrize(("spark_read_runs", "rounds"), [(2, 2), (None, 3)])
+def test_the_spark_read_case_warms_every_format_then_alternates_them_each_round(
+        monkeypatch: pytest.MonkeyPatch, spark_read_runs: int | None, rounds: int) -> None:
+    # Spark and the broker stood in, as above: which reads the case asks for, in which order,
+    # how many rounds (``spark_read_runs``, else ``runs``), and whose samples are whose.
+    produced: list[tuple[str, int, int, str]] = []
+    reads: list[tuple[str, str, str, int]] = []
+
+    def fake_produce(cluster: object, topic: str, records: int, size: int, codec: str) -> None:
+        produced.append((topic, records, size, codec))
+
+    def fake_batch(spark: object, fmt: str, bootstrap: str, topic: str, records: int,
+                   meter: object, options: dict[str, str]) -> dict[str, float]:
+        reads.append(("batch", fmt, topic, records))
+        return {"rps": float(len(reads))}
+
+    def fake_stream(spark: object, fmt: str, bootstrap: str, topic: str, records: int,
+                    meter: object, options: dict[str, str]) -> dict[str, float]:
+        reads.append(("stream", fmt, topic, records))
+        return {"rps": float(len(reads)), "steady_rps": -float(len(reads))}
+
+    class Cluster:
+        def bootstrap(self) -> str:
+            return "host:1"
+
+    monkeypatch.setattr(report_cases.bench_spark_source, "_produce", fake_produce)
+    monkeypatch.setattr(report_cases.bench_spark_source, "_batch", fake_batch)
+    monkeypatch.setattr(report_cases.bench_spark_source, "_stream", fake_stream)
+    monkeypatch.setattr(report_cases.floor_source, "register", lambda spark: None)
+    config = dataclasses.replace(TINY, runs=3, sizes=[100, 1000], codecs=["none", "zstd"],
+                                 spark_read_bytes=1_000_002, spark_read_runs=spark_read_runs)
+    found = report_cases.spark_read(None, Cluster(), config,  # type: ignore[arg-type]
+                                    lambda line: None)
+
+    assert [(records, size, codec) for _, records, size, codec in produced] == [
+        (10_000, 100, "none"), (10_000, 100, "zstd"), (1_000, 1000, "none"),
+        (1_000, 1000, "zstd")]
+    floor = report_cases.FLOOR
+    formats = ["pykafka", "kafka", floor]
+
+    def rows(topic_records: int) -> dict[str, int]:
+        # The no-I/O source reads whole partitions of bench_spark_source's four.
+        return {"pykafka": topic_records, "kafka": topic_records,
+                floor: topic_records - topic_records % 4}
+
+    # Unmeasured first: every format reads the first topic by batch, then by stream.
+    first_topic, first_records = produced[0][0], produced[0][1]
+    expected = [(mode, fmt, first_topic, rows(first_records)[fmt])
+                for fmt in formats for mode in ("batch", "stream")]
+    # Then per topic, each round: every format by batch, then every format by stream.
+    for topic, records, _, _ in produced:
+        for _ in range(rounds):
+            expected += [("batch", fmt, topic, rows(records)[fmt]) for fmt in formats]
+            expected += [("stream", fmt, topic, rows(records)[fmt]) for fmt in formats]
+    assert reads == expected
+
+    # Three modes per topic, each with three connectors; the rates are the fakes' read counts.
+    assert [m.scenario for m in found[:9:3]] == [
+        "batch 100 B none", "availableNow 100 B none",
+        "availableNow, middle micro-batches 100 B none"]
+    per_round = 2 * len(formats)
+    batch_pykafka = [float(7 + r * per_round) for r in range(rounds)]
+    stream_jvm = [float(7 + 4 + r * per_round) for r in range(rounds)]
+    assert found[0].connector == "pykafka" and found[0].samples == batch_pykafka
+    assert found[4].connector == report_cases.JVM and found[4].samples == stream_jvm
+    assert found[7].connector == report_cases.JVM
+    assert found[7].samples == [-rate for rate in stream_jvm]
     assert [m.ours for m in found[:3]] == [True, False, False]
