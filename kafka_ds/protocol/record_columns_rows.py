@@ -160,8 +160,16 @@ def _record_bounds(data: npt.NDArray[np.uint8], area: Buffer, sections: list[Sec
 def _check_lengths(data: npt.NDArray[np.uint8], starts: Int64Array, stops: Int64Array,
                    last_rows: Int64Array,
                    where: str) -> tuple[Int64Array, Int64Array, BoolArray]:
-    """Body starts, record ends, and which records end where the next one starts."""
-    lengths, body = decode_varints(data, starts, 5, f"record length{where}")
+    """Body starts, record ends, and which records end where the next one starts.
+
+    A start guessed wrong (``_scanned_starts``) can land on bytes that read as a varint longer
+    than a record length's five; such a length reads as -1, so that its row fails the check
+    and its section alone is walked again. Raising there made the caller walk every section
+    of the buffer again: 6 wrong guesses among 127 sections (100 B records with random keys,
+    16 KiB batches) doubled the walk, 261 against 190 ns per record. A real record whose
+    length is over five bytes fails the check too, and the exact walk names it.
+    """
+    lengths, body = decode_varints(data, starts, 5, f"record length{where}", overlong=-1)
     record_end = body + lengths
     expected = np.empty_like(starts)
     expected[:-1] = starts[1:]

@@ -25,11 +25,13 @@ _SIZE_THRESHOLDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint6
 
 
 def decode_varints(data: UInt8Array, positions: Int64Array, max_bytes: int,
-                   what: str) -> tuple[Int64Array, Int64Array]:
+                   what: str, overlong: int | None = None) -> tuple[Int64Array, Int64Array]:
     """Decode the zigzag varint starting at each of ``positions`` in ``data``.
 
     Returns ``(values, positions_after)``. ``max_bytes`` is 5 for varints and 10 for varlongs;
-    a longer varint raises ``DecodeError``. Positions past the end of ``data`` read its last
+    a longer varint raises ``DecodeError``, or with ``overlong`` given decodes as that value
+    (for callers that only check positions, some of which may be wrong guesses; the position
+    after it is then meaningless). Positions past the end of ``data`` read its last
     byte instead of raising (``take(mode="clip")``): callers validate every field against the
     record bounds afterwards, and a read past the end always shows up there as a field that
     overruns its record.
@@ -43,16 +45,18 @@ def decode_varints(data: UInt8Array, positions: Int64Array, max_bytes: int,
         more = first >> 7  # 1 where a second byte follows
         small = (first & 0x7F).astype(np.int16) | ((second & 0x7F) * more).astype(np.int16) << 7
         return ((small >> 1) ^ -(small & 1)).astype(np.int64), positions + 1 + more
-    return _decode_long_varints(data, positions, first, max_bytes, what)
+    return _decode_long_varints(data, positions, first, max_bytes, what, overlong)
 
 
 def _decode_long_varints(data: UInt8Array, positions: Int64Array, first: UInt8Array,
-                         max_bytes: int, what: str) -> tuple[Int64Array, Int64Array]:
+                         max_bytes: int, what: str, overlong: int | None
+                         ) -> tuple[Int64Array, Int64Array]:
     """The general case: byte rank by rank, on all rows while many are open, then on the rest."""
     value = (first & 0x7F).astype(np.int64)
     after = positions + 1
     open_mask = first >= 0x80
     open_rows: Int64Array | None = None  # switch to row indices once few varints are open
+    too_long: Int64Array | None = None  # rows still open after max_bytes (with ``overlong``)
     shift = 7
     for _ in range(1, max_bytes):
         if open_rows is None:
@@ -73,10 +77,16 @@ def _decode_long_varints(data: UInt8Array, positions: Int64Array, first: UInt8Ar
             break
         shift += 7
     else:
-        rows = np.flatnonzero(open_mask) if open_rows is None else open_rows
-        raise DecodeError(what, int(positions[rows[0]]), f"varint longer than {max_bytes} bytes")
+        too_long = np.flatnonzero(open_mask) if open_rows is None else open_rows
+        if overlong is None:
+            raise DecodeError(what, int(positions[too_long[0]]),
+                              f"varint longer than {max_bytes} bytes")
     unsigned = value.view(np.uint64)
-    return (unsigned >> np.uint64(1)).view(np.int64) ^ -(value & 1), after
+    decoded = (unsigned >> np.uint64(1)).view(np.int64) ^ -(value & 1)
+    if too_long is not None:
+        assert overlong is not None  # else it raised above
+        decoded[too_long] = overlong
+    return decoded, after
 
 
 def zigzag(values: Int64Array) -> npt.NDArray[np.uint64]:
