@@ -94,18 +94,22 @@ def _scanned_starts(area: Buffer, sections: list[Section], layouts: Layouts,
     """
     layout_at = list(layouts.layout_at)
     found = len(layouts.relative_starts)  # where the next walked layout will start
-    parts = [np.array(layouts.relative_starts, dtype=np.int64)]
     shapes: dict[tuple[int, int], int] = {}
+    # The sections walked here, end to end: their records' starts in the area, and each
+    # section's start and count, made relative below in one numpy step (one array per
+    # section cost about 1 us each: a seventh of decoding 1 KB records in 16 KiB batches).
     walked: list[int] = []
+    walked_from: list[int] = []
+    walked_counts: list[int] = []
     for index, at in enumerate(layout_at):
         if at >= 0:
             continue
         start, stop, count, _ = sections[index]
         at = shapes.get((count, stop - start), -1)
         if at < 0:
-            walked.clear()
             _section_starts(area, sections[index], where, False, walked)
-            parts.append(np.array(walked, dtype=np.int64) - start)
+            walked_from.append(start)
+            walked_counts.append(count)
             at = shapes[count, stop - start] = found
             found += count
         layout_at[index] = at
@@ -113,7 +117,11 @@ def _scanned_starts(area: Buffer, sections: list[Section], layouts: Layouts,
     firsts = np.cumsum(counts) - counts  # each section's first row
     offset_rows = np.repeat(np.array([section[0] for section in sections], dtype=np.int64),
                             counts)
-    layout = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    layout = np.array(layouts.relative_starts, dtype=np.int64)
+    if walked:
+        here = np.array(walked, dtype=np.int64) - np.repeat(
+            np.array(walked_from, dtype=np.int64), walked_counts)
+        layout = np.concatenate([layout, here]) if len(layout) else here
     if layout_at == firsts.tolist():  # every section walked, in order: no guess to place
         return layout + offset_rows
     rows = np.arange(len(offset_rows), dtype=np.int64)
