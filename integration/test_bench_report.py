@@ -41,7 +41,17 @@ def _table_row(text: str, heading: str, scenario: str) -> list[str]:
     return [f"{name}={cell}" for name, cell in zip(names, cells, strict=True)]
 
 
-def test_report_tables_and_plots_from_a_real_run(kafka: KafkaCluster, tmp_path: Path) -> None:
+def test_report_tables_and_plots_from_a_real_run(kafka: KafkaCluster, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[int] = []  # the batch size of each buffer the decode case built
+    build = report_cases.bench_records.build_fetch_buffer
+
+    def recorded(value_bytes: int, codec: object, buffer_bytes: int,
+                 batch_bytes: int) -> object:
+        built.append(batch_bytes)
+        return build(value_bytes, codec, buffer_bytes, batch_bytes)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(report_cases.bench_records, "build_fetch_buffer", recorded)
     found = report.run(kafka, TINY, ["decode", "produce"], tmp_path, "test")
 
     produce = [m for m in found.measurements if m.case == "client produce"]
@@ -49,7 +59,11 @@ def test_report_tables_and_plots_from_a_real_run(kafka: KafkaCluster, tmp_path: 
                                                "confluent-kafka", "kafka-python"}
     assert all(len(m.samples) == TINY.runs and min(m.samples) > 0 for m in produce)
     decode = [m for m in found.measurements if m.case.startswith("decode")]
-    assert {m.scenario for m in decode} == {"100 B none", "100 B lz4", "100 B zstd"}
+    # Each codec on bench_records' 64 KiB batches, and again on the Java producer's 16 KiB.
+    assert {m.scenario for m in decode} == {
+        "100 B none", "100 B lz4", "100 B zstd", "100 B none, 16 KiB batches",
+        "100 B lz4, 16 KiB batches", "100 B zstd, 16 KiB batches"}
+    assert built == [64 << 10] * 3 + [16 << 10] * 3
 
     text = (tmp_path / "report.md").read_text()
     for heading in ("Machine", "Versions", "client produce", "decode (one core, CPU time)"):

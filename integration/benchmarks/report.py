@@ -10,7 +10,7 @@ machine, every version, and a Targets table (issue 11's goals, met or not, from 
 Cases (``--only`` picks some):
 
 - ``decode``: record batches into Spark's Arrow schema vs kafka-python's decoder, one core,
-  CPU time (bench_records.py);
+  CPU time (bench_records.py), on 64 KiB batches and on the Java producer's default 16 KiB;
 - ``produce`` / ``consume``: the client vs confluent-kafka, kafka-python and Kafka's Java
   perf tool (bench_producer.py, bench_fetcher.py);
 - ``spark-read``: ``format("pykafka")`` vs ``format("kafka")``, batch and availableNow (whole
@@ -143,6 +143,13 @@ def run(cluster: KafkaCluster, config: report_cases.Config, cases: list[str], ou
             f"({config.spark_read_rounds} of the Spark reads). Fixed costs (query "
             "start, the Python planner, the perf tools' JVM) weigh more than in the full run: a "
             "smoke test of the whole chain, not the figures to quote.")
+    if "decode" in cases and config.decode_small_batch_bytes:
+        report.notes.append(
+            f"decode: bench_records' fetch buffers of {config.decode_buffer_bytes >> 10} KiB "
+            "holding batches of 64 KiB; the scenarios marked \", "
+            f"{config.decode_small_batch_bytes >> 10} KiB batches\" hold batches of the Java "
+            "producer's default batch.size, where our cost per batch shows. The topics of the "
+            "other cases are written in batches of up to 128 KiB.")
     if "spark-read" in cases:
         report.notes.append(
             f"Spark read: \"{report_cases.FLOOR_NAME}\" is floor_source's Python data source "

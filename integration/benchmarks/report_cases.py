@@ -14,6 +14,7 @@ driver's do not delay each other).
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,10 @@ class Config:
     # sizes when ``micro_batch_sizes`` is None), read by availableNow queries of n
     # micro-batches for each n of ``micro_batch_counts``, each query ``micro_batch_runs``
     # times.
+    # The decode case again on batches of this size (None: not), beside bench_records' 64 KiB:
+    # the Java producer's default batch.size, where each batch holds ~16 records of 1 KB and
+    # our per-batch Python cost shows (bench-results/README.md, "Small producer batches").
+    decode_small_batch_bytes: int | None = 16 << 10
     micro_batch_bytes: int = 400_000_000
     micro_batch_counts: tuple[int, ...] = (16, 8, 4)
     micro_batch_sizes: list[int] | None = None
@@ -139,21 +144,26 @@ def _measurements(case: str, scenario: str, samples: dict[str, list[float]],
 
 
 def decode(config: Config, progress: Progress) -> list[Measurement]:
-    """bench_records: decode into Spark's Arrow schema vs kafka-python's decoder, CPU time."""
+    """bench_records: decode into Spark's Arrow schema vs kafka-python's decoder, CPU time;
+    with ``decode_small_batch_bytes``, again on batches of that size."""
     out = []
     args = bench_records.Options(buffer_bytes=config.decode_buffer_bytes,
                                  runs=max(5, config.runs), clock="cpu")
-    for size in config.sizes:
-        for codec in ["none", "lz4", "zstd"]:
-            rates = bench_records.measure_rates(size, bench_records.CODECS[codec], args)
-            scenario = _label(size, codec)
-            out += [Measurement("decode (one core, CPU time)", scenario, "kafka_ds decode+arrow",
-                                True, rates["decode_samples"]),
-                    Measurement("decode (one core, CPU time)", scenario, "kafka-python decoder",
-                                False, rates["kafka_python_decode_samples"])]
-            progress(f"decode {scenario}: {rates['decode'] / 1e6:.2f} M rec/s "
-                     f"({rates['decode'] / rates['kafka_python_decode']:.1f}x kafka-python; "
-                     f"this process got {rates['core_share']:.0%} of a core)")
+    variants = [(args, "")]
+    if config.decode_small_batch_bytes:
+        small = config.decode_small_batch_bytes
+        variants.append((replace(args, batch_bytes=small), f", {small >> 10} KiB batches"))
+    for (variant, suffix), size, codec in itertools.product(variants, config.sizes,
+                                                           ["none", "lz4", "zstd"]):
+        rates = bench_records.measure_rates(size, bench_records.CODECS[codec], variant)
+        scenario = _label(size, codec) + suffix
+        out += [Measurement("decode (one core, CPU time)", scenario, "kafka_ds decode+arrow",
+                            True, rates["decode_samples"]),
+                Measurement("decode (one core, CPU time)", scenario, "kafka-python decoder",
+                            False, rates["kafka_python_decode_samples"])]
+        progress(f"decode {scenario}: {rates['decode'] / 1e6:.2f} M rec/s "
+                 f"({rates['decode'] / rates['kafka_python_decode']:.1f}x kafka-python; "
+                 f"this process got {rates['core_share']:.0%} of a core)")
     return out
 
 
