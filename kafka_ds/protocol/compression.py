@@ -32,6 +32,9 @@ the fetch path: the caller reuses that buffer from one response to the next inst
 allocating the output of every batch (measured on real 1 KB-record batches: 6.5 GB/s into a
 reused buffer, 1.4 GB/s through python-lz4's ``LZ4FrameDecompressor`` into fresh bytes, whose
 page faults alone cost as much as decoding the records). Its size is the caller's cap.
+``decompress_lz4_blocks_into`` is the path taken first: for frames of Java's layout it
+decodes block by block with cramjam's block decoder, skipping the frame decoder's cost per
+call.
 ``decompress_zstd_into`` does the same for zstd (python-zstandard's stream reader filling the
 caller's views), after ``zstd_frames_length`` has walked the frame and block headers: the
 stream reader stops silently at a truncated frame, the walk does not.
@@ -372,6 +375,68 @@ def decompress_lz4_into(data: Buffer, out: Buffer) -> int | None:
             from None
 
 
+def decompress_lz4_blocks_into(data: Buffer, reserve: Callable[[int], memoryview],
+                               max_bytes: int) -> int | None:
+    """Decompress an LZ4 frame of Java's layout block by block into ``reserve``d memory.
+
+    Java's producer (and ours, ``_compress_lz4``) writes one frame of independent blocks
+    with no checksums and no content size. For those, this walks the frame's block headers
+    and decodes each block with cramjam's block decoder, which saves the frame decoder's
+    fixed cost of about 2 us per call (16 KiB of 1 KB records: 2.4 us through the frame
+    decoder, 0.3 us through the block decoder): per batch, so it counts where producers send
+    small batches. The header checksum byte is not checked here; the batch's CRC-32C covers
+    it. Returns the bytes written, or None, having written nothing, for any other frame
+    (linked blocks, checksums, a content size, bytes after the end mark) or when the blocks'
+    bound exceeds ``max_bytes``: the caller then uses the frame decoder.
+    """
+    import cramjam
+
+    view = memoryview(data)
+    if len(view) < 7 or _UINT32_LE.unpack_from(view, 0)[0] != _LZ4_MAGIC:
+        return None
+    flg, bd = view[4], view[5]
+    if flg & ~_LZ4_FLG_BLOCK_INDEPENDENT != _LZ4_FLG_VERSION_01:
+        return None  # another version, linked blocks, checksums, a content size or a dict id
+    block_max = _LZ4_BLOCK_MAX_BYTES.get((bd >> 4) & 0x7)
+    if block_max is None or bd & 0x8F or not flg & _LZ4_FLG_BLOCK_INDEPENDENT:
+        return None
+    blocks: list[tuple[int, int, int]] = []  # (start, size, raw) of each block
+    bound = 0
+    pos = 7  # magic, FLG, BD, header checksum
+    while True:
+        if pos + 4 > len(view):
+            return None
+        (size,) = _UINT32_LE.unpack_from(view, pos)
+        pos += 4
+        if size == 0:
+            break
+        raw = size & _LZ4_UNCOMPRESSED_BLOCK
+        size &= ~_LZ4_UNCOMPRESSED_BLOCK
+        if pos + size > len(view) or size > block_max:
+            return None
+        blocks.append((pos, size, raw))
+        bound += size if raw else block_max
+        pos += size
+    if pos != len(view) or bound > max_bytes:
+        return None
+    out = reserve(bound)
+    written = 0
+    for start, size, raw in blocks:
+        if raw:
+            out[written:written + size] = view[start:start + size]
+            written += size
+            continue
+        try:
+            # A valid block never decodes to more than block_max, so an output that does not
+            # fit is a corrupt block, as is any other failure.
+            written += int(cramjam.lz4.decompress_block_into(
+                view[start:start + size], out[written:written + block_max]))
+        except cramjam.DecompressionError as exc:
+            raise DecodeError("LZ4 compressed data", None,
+                              f"block at byte {start}: {exc}") from None
+    return written
+
+
 # How cramjam says that the output buffer is too small (tests pin it: a version that words it
 # otherwise fails them rather than reporting every larger batch as corrupt).
 _CRAMJAM_OUTPUT_FULL = "failed to write whole buffer"
@@ -385,6 +450,7 @@ _LZ4_FLG_CONTENT_SIZE = 0x08
 _LZ4_FLG_BLOCK_CHECKSUM = 0x10
 _LZ4_FLG_BLOCK_INDEPENDENT = 0x20
 _LZ4_FLG_CONTENT_CHECKSUM = 0x04
+_LZ4_FLG_VERSION_01 = 0x40
 _LZ4_BLOCK_MAX_BYTES = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
 _LZ4_UNCOMPRESSED_BLOCK = 0x80000000
 _UINT32_LE = struct.Struct("<I")

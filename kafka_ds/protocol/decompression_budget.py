@@ -25,6 +25,7 @@ from kafka_ds.protocol.compression import (
     Buffer,
     Compression,
     decompress,
+    decompress_lz4_blocks_into,
     decompress_lz4_into,
     decompress_zstd_into,
 )
@@ -117,6 +118,10 @@ class DecompressionBudget:
             reserve(len(out))[:] = out
             return len(out)
         allowed = self.remaining()
+        written = decompress_lz4_blocks_into(data, reserve, allowed)
+        if written is not None:  # Java's frame layout, within the budget: the common case
+            self.charge(written)
+            return written
         size = min(allowed + 1, max(_FIRST_GUESS_BYTES, 4 * len(data)))
         while True:
             written = decompress_lz4_into(data, reserve(size))

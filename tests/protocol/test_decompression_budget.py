@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 
+import lz4.frame
 import pytest
 import zstandard
 from record_samples import legacy_message, legacy_wrapper
 
+from kafka_ds.protocol import decompression_budget
 from kafka_ds.protocol.compression import Compression, compress
 from kafka_ds.protocol.decompression_budget import DecompressionBudget
 from kafka_ds.protocol.errors import DecodeError
@@ -99,10 +101,61 @@ def test_lz4_into_grows_a_wrong_size_guess_until_it_fits() -> None:
     data = bytes(3 * MIB) + b"end"  # compresses to a few KB: the first guess (256 KiB) is short
     reserved = _Reserved()
     budget = DecompressionBudget(8 * MIB)
-    written = budget.decompress_into(Compression.LZ4, compress(Compression.LZ4, data), reserved)
+    # python-lz4's frame defaults (linked blocks, a content size), which the block path
+    # declines: the frame decoder's guesses.
+    framed = lz4.frame.compress(data)
+    written = budget.decompress_into(Compression.LZ4, framed, reserved)
     assert written == len(data) and bytes(reserved.last[:written]) == data
     assert reserved.sizes == [256 * 1024, 512 * 1024, MIB, 2 * MIB, 4 * MIB]
     assert budget.spent_bytes == len(data)
+
+
+def _no_frame_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(data: object, out: object) -> int:
+        raise AssertionError("the frame decoder ran")
+
+    monkeypatch.setattr(decompression_budget, "decompress_lz4_into", refuse)
+
+
+@pytest.mark.parametrize("writer", ["ours", "python-lz4 64 KiB", "python-lz4 256 KiB",
+                                    "python-lz4 4 MiB"])
+def test_lz4_into_decodes_javas_frame_layout_block_by_block_in_one_reservation(
+        writer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Java's layout (independent blocks, no checksums, no content size), as our compressor
+    # writes it (test_compression_lz4_frames checks it against the format) and as python-lz4,
+    # an independent encoder, writes it when told to; text that compresses and random bytes
+    # that do not (stored blocks), over several blocks.
+    data = (_TEXT * 3)[:700_000] + os.urandom(200_000) + _TEXT[:100_000]
+    block_bytes = {"ours": 64 << 10, "python-lz4 64 KiB": 64 << 10,
+                   "python-lz4 256 KiB": 256 << 10, "python-lz4 4 MiB": 4 << 20}[writer]
+    if writer == "ours":
+        framed = compress(Compression.LZ4, data)
+    else:
+        framed = lz4.frame.compress(
+            data, block_size={64 << 10: lz4.frame.BLOCKSIZE_MAX64KB,
+                              256 << 10: lz4.frame.BLOCKSIZE_MAX256KB,
+                              4 << 20: lz4.frame.BLOCKSIZE_MAX4MB}[block_bytes],
+            block_linked=False, content_checksum=False, store_size=False)
+    _no_frame_decoder(monkeypatch)
+    reserved = _Reserved()
+    budget = DecompressionBudget(8 * MIB)
+    assert budget.decompress_into(Compression.LZ4, framed, reserved) == len(data)
+    assert bytes(reserved.last[:len(data)]) == data
+    assert budget.spent_bytes == len(data)
+    blocks = -(-len(data) // block_bytes)
+    # One reservation: the most the blocks can hold (a stored block counts its own size).
+    assert len(reserved.sizes) == 1
+    assert len(data) <= reserved.sizes[0] <= blocks * block_bytes
+
+
+def test_lz4_into_a_corrupt_block_in_javas_layout_is_a_decode_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A block of one sequence whose match offset is 0, which no LZ4 block may hold.
+    header = compress(Compression.LZ4, b"")[:7]
+    framed = header + (3).to_bytes(4, "little") + b"\x0f\x00\x00" + bytes(4)
+    _no_frame_decoder(monkeypatch)
+    with pytest.raises(DecodeError, match=r"LZ4 compressed data.*block at byte 11"):
+        DecompressionBudget(MIB).decompress_into(Compression.LZ4, framed, _Reserved())
 
 
 def test_lz4_into_never_asks_for_more_than_the_budget_allows() -> None:
