@@ -53,7 +53,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from integration.benchmarks import report_cases, spark_settings
+from integration.benchmarks import bench_records, report_cases, spark_settings
 from integration.benchmarks.report_writer import Report, summary, write_report
 from integration.harness.cluster import KafkaCluster, java_executable
 
@@ -146,7 +146,8 @@ def run(cluster: KafkaCluster, config: report_cases.Config, cases: list[str], ou
     if "decode" in cases and config.decode_small_batch_bytes:
         report.notes.append(
             f"decode: bench_records' fetch buffers of {config.decode_buffer_bytes >> 10} KiB "
-            "holding batches of 64 KiB; the scenarios marked \", "
+            f"holding batches of {bench_records.Options.batch_bytes >> 10} KiB; the scenarios "
+            "marked \", "
             f"{config.decode_small_batch_bytes >> 10} KiB batches\" hold batches of the Java "
             "producer's default batch.size, where our cost per batch shows. The topics of the "
             "other cases are written in batches of up to 128 KiB.")

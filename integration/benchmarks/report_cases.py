@@ -66,14 +66,14 @@ class Config:
     # Repetitions of the Spark read case (its queries pay seconds of start each, whatever
     # the topic's size); None: ``runs``.
     spark_read_runs: int | None = None
-    # The micro-batch size case: one topic of ``micro_batch_bytes`` per value size (the run's
-    # sizes when ``micro_batch_sizes`` is None), read by availableNow queries of n
-    # micro-batches for each n of ``micro_batch_counts``, each query ``micro_batch_runs``
-    # times.
     # The decode case again on batches of this size (None: not), beside bench_records' 64 KiB:
     # the Java producer's default batch.size, where each batch holds ~16 records of 1 KB and
     # our per-batch Python cost shows (bench-results/README.md, "Small producer batches").
     decode_small_batch_bytes: int | None = 16 << 10
+    # The micro-batch size case: one topic of ``micro_batch_bytes`` per value size (the run's
+    # sizes when ``micro_batch_sizes`` is None), read by availableNow queries of n
+    # micro-batches for each n of ``micro_batch_counts``, each query ``micro_batch_runs``
+    # times.
     micro_batch_bytes: int = 400_000_000
     micro_batch_counts: tuple[int, ...] = (16, 8, 4)
     micro_batch_sizes: list[int] | None = None
@@ -333,33 +333,30 @@ def spark_micro_batches(spark: Any, cluster: KafkaCluster, config: Config,
     # round is as warm as the others even when no other case ran before this one. Without
     # it, a run of this case alone (2026-12-07/micro-batches) read its first 25 MB round a
     # third slower than the next two, both connectors alike.
+    def stream(fmt: str, topic: str, records: int, size: int, count: int) -> float:
+        """Steady rows/s of ``topic`` read by ``fmt`` in ``count`` micro-batches. As
+        bench_spark_source's own limit: a few rows over 1/count, so that the sticky
+        partitioner's uneven partitions leave no sliver of a last micro-batch."""
+        topic_or_floor, rows, meter, options = _read_args(fmt, topic, records, size)
+        limit = str(records // count + bench_spark_source.PARTITIONS)
+        return bench_spark_source._stream(spark, fmt, bootstrap, topic_or_floor, rows, meter,
+                                          {**options, "maxOffsetsPerTrigger": limit}
+                                          )["steady_rps"]
+
     warm_records = min(config.micro_batch_bytes, MICRO_BATCH_WARM_BYTES) // sizes[0]
     warm_topic = f"bench-micro-batches-warm-{uuid.uuid4().hex[:6]}"
     bench_spark_source._produce(cluster, warm_topic, warm_records, sizes[0], "none")
     for fmt in formats:
-        topic_or_floor, rows, meter, options = _read_args(fmt, warm_topic, warm_records,
-                                                          sizes[0])
-        bench_spark_source._stream(
-            spark, fmt, bootstrap, topic_or_floor, rows, meter,
-            {**options,
-             "maxOffsetsPerTrigger": str(warm_records // bench_spark_source.TRIGGERS
-                                         + bench_spark_source.PARTITIONS)})
+        stream(fmt, warm_topic, warm_records, sizes[0], bench_spark_source.TRIGGERS)
     for size in sizes:
         records = config.micro_batch_bytes // size
         topic = f"bench-micro-batches-{size}-{uuid.uuid4().hex[:6]}"
         bench_spark_source._produce(cluster, topic, records, size, "none")
         for count in config.micro_batch_counts:
-            # As bench_spark_source's own limit: a few rows over 1/n, so that the sticky
-            # partitioner's uneven partitions leave no sliver of a last micro-batch.
-            per_batch = records // count + bench_spark_source.PARTITIONS
             samples: dict[str, list[float]] = {names[fmt]: [] for fmt in formats}
             for _ in range(config.micro_batch_runs):
                 for fmt in formats:
-                    topic_or_floor, rows, meter, options = _read_args(fmt, topic, records, size)
-                    stream = bench_spark_source._stream(
-                        spark, fmt, bootstrap, topic_or_floor, rows, meter,
-                        {**options, "maxOffsetsPerTrigger": str(per_batch)})
-                    samples[names[fmt]].append(stream["steady_rps"])
+                    samples[names[fmt]].append(stream(fmt, topic, records, size, count))
             scenario = (f"{_label(size, 'none')}, {config.micro_batch_bytes // count / 1e6:.0f} MB"
                         f" ({records // count} rows) per micro-batch")
             rows_found = _measurements(MICRO_BATCH_CASE, scenario, samples, {"pykafka"})

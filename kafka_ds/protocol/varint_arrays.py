@@ -83,8 +83,7 @@ def _decode_long_varints(data: UInt8Array, positions: Int64Array, first: UInt8Ar
                               f"varint longer than {max_bytes} bytes")
     unsigned = value.view(np.uint64)
     decoded = (unsigned >> np.uint64(1)).view(np.int64) ^ -(value & 1)
-    if too_long is not None:
-        assert overlong is not None  # else it raised above
+    if too_long is not None and overlong is not None:  # (overlong None raised above)
         decoded[too_long] = overlong
     return decoded, after
 

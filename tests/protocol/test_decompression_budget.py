@@ -9,10 +9,12 @@ fetcher's response budget for all partitions together.
 from __future__ import annotations
 
 import os
+import struct
 
 import lz4.frame
 import pytest
 import zstandard
+from kafka.codec import lz4_encode
 from record_samples import legacy_message, legacy_wrapper
 
 from kafka_ds.protocol import decompression_budget
@@ -118,7 +120,7 @@ def _no_frame_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("writer", ["ours", "python-lz4 64 KiB", "python-lz4 256 KiB",
-                                    "python-lz4 4 MiB"])
+                                    "python-lz4 4 MiB", "kafka-python"])
 def test_lz4_into_decodes_javas_frame_layout_block_by_block_in_one_reservation(
         writer: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Java's layout (independent blocks, no checksums, no content size), as our compressor
@@ -127,9 +129,13 @@ def test_lz4_into_decodes_javas_frame_layout_block_by_block_in_one_reservation(
     # that do not (stored blocks), over several blocks.
     data = (_TEXT * 3)[:700_000] + os.urandom(200_000) + _TEXT[:100_000]
     block_bytes = {"ours": 64 << 10, "python-lz4 64 KiB": 64 << 10,
-                   "python-lz4 256 KiB": 256 << 10, "python-lz4 4 MiB": 4 << 20}[writer]
+                   "python-lz4 256 KiB": 256 << 10, "python-lz4 4 MiB": 4 << 20,
+                   "kafka-python": 64 << 10}[writer]
     if writer == "ours":
         framed = compress(Compression.LZ4, data)
+    elif writer == "kafka-python":  # independent blocks and a content size (FLG 0x68)
+        framed = lz4_encode(data)
+        assert framed[4] == 0x68
     else:
         framed = lz4.frame.compress(
             data, block_size={64 << 10: lz4.frame.BLOCKSIZE_MAX64KB,
@@ -146,6 +152,15 @@ def test_lz4_into_decodes_javas_frame_layout_block_by_block_in_one_reservation(
     # One reservation: the most the blocks can hold (a stored block counts its own size).
     assert len(reserved.sizes) == 1
     assert len(data) <= reserved.sizes[0] <= blocks * block_bytes
+
+
+def test_lz4_into_a_content_size_the_blocks_do_not_match_is_a_decode_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    framed = bytearray(lz4_encode(_TEXT[:100_000]))
+    struct.pack_into("<Q", framed, 6, 99_999)  # the frame's content size, one byte short
+    _no_frame_decoder(monkeypatch)
+    with pytest.raises(DecodeError, match="100000 bytes decoded, the frame header says 99999"):
+        DecompressionBudget(MIB).decompress_into(Compression.LZ4, bytes(framed), _Reserved())
 
 
 def test_lz4_into_a_corrupt_block_in_javas_layout_is_a_decode_error(
