@@ -1,10 +1,11 @@
-"""send() gives the GIL up when it opens a batch, without sleeping (no broker needed).
+"""send() gives the GIL up when it opens a batch (no broker needed).
 
 The sender thread may be waiting for the GIL with a response to handle when the caller fills a
-batch; send() lets it in. It must not do so with ``time.sleep(0)``: Linux sleeps that for the
-thread's timer slack (50 µs by default; 74 µs measured here), once per batch. How long a sleep
-lasts depends on the machine's other timers, so the test watches which C functions send()
-calls instead of timing it.
+batch; send() lets it in. For batches of many small records it sleeps 0 s, which leaves the
+core to the sender for the thread's timer slack (50 µs by default on Linux; 74 µs measured
+here); for batches of fewer, larger records that costs too much per record, and it yields
+without sleeping. How long a sleep lasts depends on the machine's other timers, so the tests
+watch which C functions send() calls instead of timing it.
 """
 
 from __future__ import annotations
@@ -53,12 +54,11 @@ def test_yielding_lets_a_thread_waiting_for_the_gil_run() -> None:
     assert resumed[0] - started < 0.25
 
 
-def test_send_opening_batches_yields_without_sleeping() -> None:
-    """Each of these records opens a batch (batch.size is below two records), and so yields
-    the GIL once: by sched_yield(), never by a call of time.sleep. The C functions called are
-    seen by a profile hook on this thread."""
+def _c_calls_of_sends(batch_size: int, value: bytes, count: int) -> tuple[list[str], int]:
+    """The C functions ``count`` sends of ``value`` call (a profile hook on this thread) after
+    a first one, and how many batches those sends used."""
     producer = Producer({"bootstrap.servers": "127.0.0.1:1", "linger.ms": "60000",
-                         "batch.size": "300"})
+                         "batch.size": str(batch_size), "buffer.memory": str(64 << 20)})
     producer._sender.topic_meta = {"t": TopicMeta(1, (0,))}
     called: list[str] = []
 
@@ -67,15 +67,32 @@ def test_send_opening_batches_yields_without_sleeping() -> None:
             called.append(f"{getattr(arg, '__module__', None)}.{arg.__name__}")
 
     try:
-        producer.send("t", b"v" * 200)  # the first batch, not counted
+        first = producer.send("t", value).batch  # its batch is not opened under the hook
         sys.setprofile(profile)
         try:
-            opened = [producer.send("t", b"v" * 200) for _ in range(10)]
+            opened = [producer.send("t", value) for _ in range(count)]
         finally:
             sys.setprofile(None)
-        batches = {id(future.batch) for future in opened}
+        batches = {id(future.batch) for future in opened} - {id(first)}
     finally:
         producer.close(0)
-    assert len(batches) == 10
+    return called, len(batches)
+
+
+def test_send_opening_batches_of_few_records_yields_without_sleeping() -> None:
+    """Each of these records opens a batch (batch.size is below two records), and so yields
+    the GIL once: by sched_yield(), never by a call of time.sleep."""
+    called, opened = _c_calls_of_sends(300, b"v" * 200, 10)
+    assert opened == 10
     assert "time.sleep" not in called
     assert called.count("posix.sched_yield") == 10
+
+
+def test_send_opening_batches_of_many_records_sleeps_instead() -> None:
+    """Records of 18 bytes in 64 KiB batches: over 3,600 to a batch, at least
+    SLEEP_MIN_RECORDS_PER_BATCH, so each new batch sleeps 0 s once and never yields."""
+    assert producer_module.SLEEP_MIN_RECORDS_PER_BATCH * 18 <= 64 << 10
+    called, opened = _c_calls_of_sends(64 << 10, b"v", 12_000)
+    assert opened >= 3
+    assert called.count("time.sleep") == opened
+    assert "posix.sched_yield" not in called
