@@ -246,35 +246,39 @@ def _overhead(spark: Any, cluster: KafkaCluster, meter: CpuMeter, fmt: str, batc
 
 
 class PySpy:
-    """``py-spy record`` of the Python workers (daemon and forked workers) during one run."""
+    """``py-spy record`` of the Python workers (every worker daemon and the workers it forks)
+    during one run."""
 
     def __init__(self, out_dir: Path | None, meter: CpuMeter) -> None:
         self.out_dir = out_dir
         self.meter = meter
         self.files: list[Path] = []
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, name: str) -> None:
         exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         if self.out_dir is None or not Path(exe).exists():
             return
-        daemons = self.meter.python_workers()
-        if not daemons:
-            return
-        out = self.out_dir / f"{name}.txt"
-        self.files.append(out)
-        self._proc = subprocess.Popen(
-            [exe, "record", "--pid", str(daemons[0]), "--subprocesses", "--threads",
-             "--format", "raw",
-             "--rate", "250", "--nonblocking", "--output", str(out)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(1.0)  # attached before the run starts
+        # Every daemon: Spark keeps one per Python executable, worker module and worker
+        # environment, and a query's tasks need not run under the first (bench_spark_sink's
+        # writes ran under a second one, so recording only the first caught none of them).
+        for pid in self.meter.python_workers():
+            out = self.out_dir / f"{name}-{pid}.txt"
+            self.files.append(out)
+            self._procs.append(subprocess.Popen(
+                [exe, "record", "--pid", str(pid), "--subprocesses", "--threads",
+                 "--format", "raw",
+                 "--rate", "250", "--nonblocking", "--output", str(out)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        if self._procs:
+            time.sleep(1.0)  # attached before the run starts
 
     def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.send_signal(signal.SIGINT)
-            self._proc.wait(60)
-            self._proc = None
+        for proc in self._procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in self._procs:
+            proc.wait(60)
+        self._procs = []
 
     def summary(self, top: int = 25, since: str = "") -> list[tuple[float, str]]:
         """Share of samples per frame (self time), over the recordings whose name starts

@@ -70,7 +70,8 @@ class CpuMeter:
         return out
 
     def python_workers(self) -> list[int]:
-        """The pids of this Spark's daemons that fork the workers running ``read``."""
+        """The pids of this Spark's daemons that fork the workers running tasks (``read``,
+        ``write``): there may be several."""
         children = children_by_parent()
         jvm = self._find_jvm(children)
         if jvm is None:
