@@ -284,6 +284,7 @@ class Producer(ProducerTransactions):
         lock = self._lock
         lock.acquire()
         try:
+            self._require_appendable("send()")
             appended = self._accumulator.append(topic, partition, key, value, timestamp_ms,
                                                 headers, size)
             if appended is None:
@@ -435,6 +436,7 @@ class Producer(ProducerTransactions):
             batch = ColumnarBatch(topic, partition, created_ms, encoded,
                                   created_ms + self.config.delivery_timeout_ms, BatchResult())
             with self._lock:
+                self._require_appendable("send_arrow()")
                 while not self._accumulator.append_batch(batch):
                     self._await_free_memory(deadline, "send_arrow()")
             touched.append(batch)
@@ -458,6 +460,7 @@ class Producer(ProducerTransactions):
             else:
                 target, stop = partition, end
             with self._lock:
+                self._require_appendable("send_many()")
                 while True:
                     now_ms = self._clock.monotonic_ms()
                     start = accumulator.append_many(topic, target, keys, values, timestamps,
@@ -511,6 +514,19 @@ class Producer(ProducerTransactions):
                 "records slower than they are sent; raise buffer.memory or max.block.ms, or "
                 "check the brokers")
         self._memory_freed.wait(remaining)
+        self._require_appendable(call)
+
+    def _require_appendable(self, call: str) -> None:
+        """(With the lock held.) Refuse an append once ``close()`` or the end of the
+        transaction (commit, prepare, abort) has begun. Both say so under this lock, so a
+        record is either queued before they flush, or refused: never left behind by a flush
+        that EndTxn, the token or the sender's exit then follows (a send() that waited for
+        buffer.memory through a ``close(0)`` returned a future nothing would complete)."""
+        if self._closed:
+            raise KafkaDsError(f"{call}: the producer was closed")
+        txn = self._txn
+        if txn is not None and txn.machine.state is not _IN_TRANSACTION:
+            txn.machine.require(TxnState.IN_TRANSACTION, action=call)
 
     def _topic_meta(self, topic: str) -> TopicMeta:
         if not topic:

@@ -8,6 +8,7 @@ calls drive the state machine around it and wait.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,6 +30,7 @@ class ProducerTransactions:
     config: ProducerConfig
     _txn: TransactionManager | None
     _sender: Sender
+    _lock: threading.Lock  # Producer's: every append holds it
 
     def flush(self, timeout_ms: int | None = None) -> None:
         raise NotImplementedError  # Producer.flush
@@ -107,38 +109,60 @@ class ProducerTransactions:
             txn.fail(exc)
             raise
 
-    def _flush_transaction(self, timeout_ms: int | None, action: str) -> None:
+    def _stop_appends(self, txn: TransactionManager, target: TxnState, action: str) -> None:
+        """Move to ``target`` (PREPARED, COMMITTING or ABORTING) under the producer's lock,
+        which every append holds while it checks for IN_TRANSACTION: from here on send()
+        refuses, and every record it accepted is queued for the flush that follows. Flushing
+        first and moving after let a send() from another thread in between join no flush,
+        and EndTxn or the token could go out without it (the Java client also moves to
+        COMMITTING before it flushes)."""
+        with self._lock, txn.lock:
+            if target is TxnState.PREPARED:
+                txn.machine.transition(target)
+            else:
+                txn.machine.start(target, action)
+
+    def _flush_transaction(self, timeout_ms: int | None, action: str, state: TxnState,
+                           ) -> None:
+        """Wait for every record of the transaction; it must still be in ``state`` then (a
+        batch that failed made it abortable)."""
         txn = self._transactions()
         try:
             self.flush(timeout_ms)
         except KafkaTimeoutError as exc:
-            raise KafkaTimeoutError(f"{action}: {exc}") from exc
-        txn.machine.require(TxnState.IN_TRANSACTION, TxnState.PREPARED, action=action)
+            if state is TxnState.COMMITTING:
+                raise self._unfinished(action, exc) from exc
+            raise KafkaTimeoutError(
+                f"{action}: {exc}. The transaction is prepared but not every record is "
+                "acknowledged: call commit_transaction() (which waits for them) or "
+                "abort_transaction()") from exc
+        txn.machine.require(state, action=action)
 
     def prepare_transaction(self, timeout_ms: int | None = None) -> TransactionToken:
         """Flush and wait for every acknowledgement, without ending the transaction.
 
         Returns the token another process passes to ``complete_transaction`` to commit or
         abort it. The transaction must end before ``transaction.timeout.ms`` after its first
-        record, or the coordinator aborts it.
+        record, or the coordinator aborts it. From the call on, send() refuses.
         """
         txn = self._transactions()
-        txn.machine.require(TxnState.IN_TRANSACTION, action="prepare_transaction()")
-        self._flush_transaction(timeout_ms, "prepare_transaction()")
-        with txn.lock:
-            txn.machine.transition(TxnState.PREPARED)
+        action = "prepare_transaction()"
+        txn.machine.require(TxnState.IN_TRANSACTION, action=action)
+        self._stop_appends(txn, TxnState.PREPARED, action)
+        self._flush_transaction(timeout_ms, action, TxnState.PREPARED)
         return txn.token()
 
     def commit_transaction(self, timeout_ms: int | None = None) -> None:
-        """Flush, then commit. If it times out, call it again: the commit may have happened,
-        and calling again finishes it (the Java client's rule, KIP-266)."""
+        """Flush, then commit. From the call on, send() refuses. If it times out, call it
+        again: the commit may have happened, and calling again finishes it (the Java
+        client's rule, KIP-266)."""
         txn = self._transactions()
         action = "commit_transaction()"
         if not txn.machine.resume(action):
             txn.machine.require(TxnState.IN_TRANSACTION, TxnState.PREPARED, action=action)
-            self._flush_transaction(timeout_ms, action)
-            with txn.lock:
-                txn.machine.start(TxnState.COMMITTING, action)
+            self._stop_appends(txn, TxnState.COMMITTING, action)
+        # Again when resumed: the first call may have timed out in this flush.
+        self._flush_transaction(timeout_ms, action, TxnState.COMMITTING)
         self._end(txn, True, timeout_ms)
 
     def abort_transaction(self, timeout_ms: int | None = None) -> None:
@@ -146,11 +170,10 @@ class ProducerTransactions:
         abort. If it times out or fails, call it again."""
         txn = self._transactions()
         action = "abort_transaction()"
-        with txn.lock:
-            if not txn.machine.resume(action):
-                txn.machine.require(TxnState.IN_TRANSACTION, TxnState.PREPARED,
-                                    TxnState.ABORTABLE_ERROR, action=action)
-                txn.machine.start(TxnState.ABORTING, action)
+        if not txn.machine.resume(action):
+            txn.machine.require(TxnState.IN_TRANSACTION, TxnState.PREPARED,
+                                TxnState.ABORTABLE_ERROR, action=action)
+            self._stop_appends(txn, TxnState.ABORTING, action)
         # Batches never sent are dropped now (and by the sender on every loop while
         # aborting); batches that went out, retries included, are waited for: EndTxn must
         # not overtake them.

@@ -130,9 +130,10 @@ class TxnStateMachine:
         raise TransactionStateError(self._pending_message(action))
 
     def _pending_message(self, action: str) -> str:
-        return (f"cannot {action}: the previous {self.pending_action} of transactional "
-                f"producer {self.transactional_id!r} did not finish (it timed out, or failed "
-                f"part-way); call {self.pending_action} again to finish it")
+        return (f"cannot {action}: {self.pending_action} of transactional producer "
+                f"{self.transactional_id!r} has begun and not finished (it is running in "
+                f"another thread, or it timed out or failed part-way); if it raised, call "
+                f"{self.pending_action} again to finish it")
 
     def transition(self, target: TxnState, error: BaseException | None = None) -> None:
         if target is TxnState.FATAL_ERROR:
