@@ -260,11 +260,18 @@ class Producer(ProducerTransactions):
         if partition is None:
             if key is None or self._ignore_keys:
                 sticky = self._sticky_fast.get(topic)
+                # A run of the sticky partition fills one batch: its limit, which the
+                # compression-ratio estimate raises above batch.size (the Java client also
+                # counts the estimated compressed bytes). It ends before the record that
+                # would not fit, not after it: that record opened a second batch on the same
+                # partition, and the run ended a record or two into it (the spill went out
+                # alone when linger.ms passed before the partition's next run).
+                full_bytes = self._accumulator.batch_limit_bytes(topic)
                 if sticky is not None:
                     with self._lock:
                         sticky.close_lane()
-                if sticky is None or sticky.counted >= self._batch_size_bytes:
-                    sticky = self._sticky_switch(topic, size)
+                if sticky is None or (sticky.counted and sticky.counted + size > full_bytes):
+                    sticky = self._sticky_switch(topic, size, full_bytes)
                 sticky.counted += size
                 partition = sticky.partition
             else:
@@ -295,7 +302,7 @@ class Producer(ProducerTransactions):
                 batch.add_callback(index, callback)
             if not self._closed:
                 if sticky is not None:
-                    sticky.open_lane(batch, self._batch_size_bytes, self._size_limit)
+                    sticky.open_lane(batch, batch.limit_bytes, self._size_limit)
                 else:
                     assert meta is not None
                     # Lanes only for the metadata this record was partitioned with.
@@ -476,13 +483,15 @@ class Producer(ProducerTransactions):
             if state is not None:
                 state.close_lane()
         if state is not None and state.counted > state.known:
-            self._sticky.partition(topic, available, state.counted - state.known)
+            # The bytes went to the lane's partition: counted there, never against the next.
+            self._sticky.count(topic, state.counted - state.known)
 
-    def _sticky_switch(self, topic: str, size: int) -> StickyLane:
-        """Ask the partitioner where the next ``size`` bytes of ``topic`` go; cache it."""
+    def _sticky_switch(self, topic: str, size: int, full_bytes: int) -> StickyLane:
+        """Ask the partitioner where the next ``size`` bytes of ``topic`` go, in runs of
+        ``full_bytes``; cache it."""
         meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
         self._sticky_sync(topic, meta.available)
-        partition = self._sticky.partition(topic, meta.available, size)
+        partition = self._sticky.take(topic, meta.available, size, full_bytes)
         # The partitioner counted ``size`` already; send() counts it again (and tells the
         # partitioner only the difference at the next sync).
         known = self._sticky.used_bytes(topic)

@@ -28,8 +28,8 @@ class StickyLane:
         self.batch: ProducerBatch | None = None  # the open batch the lane appends to
         self.base_bytes = 0  # batch.size_bytes when the lane opened
         # The lane takes a record that keeps batch.size_bytes within stop_bytes: the batch's
-        # room, the largest record send() accepts, and batch.size bytes for the partition.
-        # The record that would pass batch.size goes to _send(), which switches partitions.
+        # room, the largest record send() accepts, and the run's bytes for the partition.
+        # The record that would not fit goes to _send(), which switches partitions.
         self.stop_bytes = -1
 
     def counted_bytes(self) -> int:
@@ -43,9 +43,10 @@ class StickyLane:
         self.batch = None
         self.stop_bytes = -1
 
-    def open_lane(self, batch: ProducerBatch, batch_size_bytes: int, size_limit: int) -> None:
-        """(Under the producer's lock) appends of the lane go to ``batch`` from now on."""
+    def open_lane(self, batch: ProducerBatch, run_bytes: int, size_limit: int) -> None:
+        """(Under the producer's lock) appends of the lane go to ``batch`` from now on, up
+        to ``run_bytes`` for the partition's run (the batch's limit)."""
         self.batch = batch
         self.base_bytes = batch.size_bytes
         self.stop_bytes = min(batch.limit_bytes, size_limit,
-                              batch.size_bytes + batch_size_bytes - self.counted)
+                              batch.size_bytes + run_bytes - self.counted)

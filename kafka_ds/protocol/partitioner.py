@@ -229,6 +229,27 @@ class StickyPartitioner:
             state[1] = max(state[1], limit)
         return state[0], stop
 
+    def take(self, topic: str, partitions: Sequence[int], record_bytes: int,
+             full_bytes: int) -> int:
+        """As ``partition``, for one record in runs of at most ``full_bytes`` (the batch's
+        limit, which a compression-ratio estimate raises above ``batch.size``): the partition
+        switches before a record that would take its run past ``full_bytes``, so that a run
+        fills one batch rather than a full one and a spill of a record or two (send())."""
+        state = self._state.get(topic)
+        if state is None or state[0] not in partitions:
+            state = self._state[topic] = [self._random.choice(partitions), 0]
+        elif state[1] and state[1] + record_bytes > full_bytes:
+            state[:] = [self._next(state[0], partitions), 0]
+        state[1] += record_bytes
+        return state[0]
+
+    def count(self, topic: str, record_bytes: int) -> None:
+        """Count bytes that went to the current sticky partition of ``topic`` without
+        choosing (those a caller placed there itself, such as send()'s lane)."""
+        state = self._state.get(topic)
+        if state is not None:
+            state[1] += record_bytes
+
     def used_bytes(self, topic: str) -> int:
         """Bytes counted against the current sticky partition of ``topic``."""
         state = self._state.get(topic)
