@@ -463,7 +463,9 @@ class Producer(ProducerTransactions):
         deadline = time.monotonic() + self.config.max_block_ms / 1000
         while start < end:
             if partition is None:
-                target, stop = self._sticky.run(topic, meta.available, cumulative, start, end)
+                # A run fills one batch and ends before the record that would not fit.
+                target, stop = self._sticky.fill(topic, meta.available, cumulative, start, end,
+                                                 accumulator.batch_limit_bytes(topic))
             else:
                 target, stop = partition, end
             with self._lock:

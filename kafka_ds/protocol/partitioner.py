@@ -214,8 +214,10 @@ class StickyPartitioner:
         placed (``send_arrow``): the run stops before the first record that would not fit, so
         that it makes one batch, not a full one and a spill of a record or two (which halved
         the records per batch at 100 B). The partition then counts as full: the next record
-        switches. The threshold is ``limit_bytes`` or ``batch.size``, the smaller."""
-        limit = min(limit_bytes, self._batch_size_bytes)
+        switches. The threshold is ``limit_bytes``: below ``batch.size`` by the batch header,
+        above it by the compression-ratio estimate (the Java client counts estimated
+        compressed bytes too)."""
+        limit = limit_bytes
         state = self._run_state(topic, partitions, limit)
         fits = bisect.bisect_right(cumulative, cumulative[start] + limit - state[1],
                                    start + 1, end + 1) - 1

@@ -72,3 +72,19 @@ def test_compressed_runs_fill_the_batch_the_ratio_estimate_allows() -> None:
     per_batch = limit // (RECORD_OVERHEAD_BOUND + 100)
     assert len(batches) == math.ceil(records / per_batch)
     assert sorted(count for _, count, _ in batches)[1:] == [per_batch] * (len(batches) - 1)
+
+
+def test_send_many_runs_fill_their_batches() -> None:
+    """send_many() ended its runs after batch.size of record bytes, past the batch's limit:
+    a spill of one record per run."""
+    producer = _producer()
+    records = 3000
+    try:
+        for _ in range(0, records, 500):
+            producer.send_many("t", [b"x" * 100] * 500)
+        batches = _batches(producer)
+    finally:
+        producer.close(0)
+    per_batch = batches[0][2] // (RECORD_OVERHEAD_BOUND + 100)
+    assert len(batches) == math.ceil(records / per_batch)
+    assert sorted(count for _, count, _ in batches)[1:] == [per_batch] * (len(batches) - 1)

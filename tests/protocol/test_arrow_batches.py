@@ -146,12 +146,12 @@ def test_with_a_batch_limit_each_sticky_run_makes_one_batch() -> None:
     batches = list(encode_partitioned(records, sizes, chosen, 1_939))
     assert len(batches) == len(lengths)  # no spill of a record past a full batch
     # The next call fills what the last run left, then switches; a limit over batch.size
-    # (compressed batches) stops at batch.size.
-    more = choose_partitions(records, sizes, "t", 4, [0, 1, 2, 3], sticky, limit_bytes=10**6)
+    # (compressed batches, the ratio estimate below 1) fills to the limit.
+    more = choose_partitions(records, sizes, "t", 4, [0, 1, 2, 3], sticky, limit_bytes=5_000)
     assert more[0] == chosen[-1]
     first_run = int(np.flatnonzero(np.diff(more))[0]) + 1
-    assert first_run == 20 - int(lengths[-1])
-    assert set(np.diff(np.flatnonzero(np.diff(more))).tolist()) == {20}
+    assert first_run == 50 - int(lengths[-1])
+    assert set(np.diff(np.flatnonzero(np.diff(more))).tolist()) == {50}
 
 
 def test_size_bounds_cover_the_encoded_records() -> None:
