@@ -535,6 +535,11 @@ class Producer(ProducerTransactions):
         buffer.memory through a ``close(0)`` returned a future nothing would complete)."""
         if self._closed:
             raise KafkaDsError(f"{call}: the producer was closed")
+        if self._sender.stopped:
+            error = self._sender.fatal_error
+            raise KafkaDsError(f"{call}: the producer's sender thread stopped"
+                               + (f" after an error ({error!r}): close this producer and make "
+                                  "a new one" if error is not None else ""))
         txn = self._txn
         if txn is not None and txn.machine.state is not _IN_TRANSACTION:
             txn.machine.require(TxnState.IN_TRANSACTION, action=call)

@@ -139,6 +139,9 @@ class Sender:
         self._force_close = False
         self._pid_retry_at_ms = 0
         self.fatal_error: BaseException | None = None
+        # Set (under the lock) once the thread's loop has ended: nothing appended after it
+        # would ever be sent or failed, so appends check it (Producer._require_appendable).
+        self.stopped = False
         self.thread = threading.Thread(target=self._run, name="kafka-ds-producer-sender",
                                        daemon=True)
 
@@ -178,6 +181,8 @@ class Sender:
             log.exception("producer sender thread failed")
             self.fatal_error = exc
         finally:
+            with self.lock:
+                self.stopped = True
             self._fail_everything(self.fatal_error or KafkaDsError(
                 "the producer was closed before these records were sent"))
             for _, future in self._tasks:

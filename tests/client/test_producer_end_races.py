@@ -103,3 +103,24 @@ def test_a_send_waiting_for_buffer_memory_fails_when_the_producer_closes() -> No
     assert "closed" in str(outcome["error"])
     assert all(future.done() for future in queued)
     assert producer._accumulator.used_bytes == 0
+
+
+def test_a_send_after_the_sender_thread_died_fails() -> None:
+    """A bug that ends the sender thread fails what was queued; a send() after it returned a
+    future that nothing would ever complete."""
+    producer = _producer()
+
+    def broken() -> None:
+        raise RuntimeError("a bug in the sender loop")
+
+    producer._sender.run_once = broken  # type: ignore[method-assign]
+    producer._sender.client.wakeup()
+    producer._sender.thread.join(5)
+    assert not producer._sender.thread.is_alive()
+    try:
+        with pytest.raises(KafkaDsError, match="sender thread stopped after an error"):
+            producer.send("t", b"late")
+        with pytest.raises(KafkaDsError, match="sender thread stopped"):
+            producer.send_many("t", [b"late"] * 3)
+    finally:
+        producer.close(0)
