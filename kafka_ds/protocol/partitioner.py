@@ -11,8 +11,11 @@ Three rules, in order:
    JVM producer (or librdkafka's ``murmur2_random``) picks for the same key bytes, so mixed
    producers keep per-key ordering.
 3. An unkeyed record (or any record when ``partitioner.ignore.keys``) goes to the topic's
-   *sticky* partition, which changes only after ``batch.size`` bytes went to it. Spreading
-   records one by one would make many small batches; sticking fills one batch at a time.
+   *sticky* partition, which changes once a batch's worth went to it: ``batch.size`` bytes
+   (``partition``, ``run``), or for the producer the batch's limit, ``batch.size`` on the
+   wire as the compression-ratio estimate judges it (``take``, ``fill``), ending before the
+   record that would not fit. Spreading records one by one would make many small batches;
+   sticking fills one batch at a time.
 
 ``murmur2`` returns Java's signed 32-bit ``int``; ``murmur2_many`` hashes many keys at once
 for the columnar send path.
