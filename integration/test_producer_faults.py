@@ -26,6 +26,7 @@ from integration.producer_util import read_all
 from kafka_ds.client.cluster import Cluster, CoordinatorType
 from kafka_ds.client.config import ClientConfig
 from kafka_ds.client.producer import Producer
+from kafka_ds.client.transactions import UNANSWERED, end_transactions, end_transactions_until
 from kafka_ds.protocol.errors import KafkaTimeoutError
 from kafka_ds.protocol.txn_state import (
     TransactionAbortableError,
@@ -563,3 +564,40 @@ def test_leader_killed_mid_stream_exactly_once(kafka_cluster3: Any) -> None:
     for partition in (0, 1):
         assert [r.value for r in read if r.partition == partition] == [
             v for v in sent if partition_of[v] == partition]
+
+
+def test_ending_many_transactions_outlasts_a_coordinator_that_does_not_answer(
+        proxied: ProxiedKafkaCluster) -> None:
+    """The sink's commit ends every transaction of a batch at once. A coordinator that did not
+    answer raised out of end_transactions and left the transactions after it untried, open
+    until transaction.timeout.ms, while those before it were committed. Now each gets its
+    answer or UNANSWERED, and end_transactions_until asks again until all are ended. (The
+    proxy swallows answers: the broker may well have committed; asking again is safe.)"""
+    topic = _topic(proxied, 1)
+    proxy = proxied.proxy
+    tokens = []
+    for index in range(3):  # straight to the broker: only the ends go through the proxy
+        with Producer({"bootstrap.servers": proxied.bootstrap(), "linger.ms": "0",
+                       "transactional.id": f"until-{uuid.uuid4().hex}"}) as producer:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send(topic, b"v%d" % index, partition=0).result(30)
+            tokens.append(producer.prepare_transaction())
+    config = ClientConfig.from_properties({"bootstrap.servers": proxied.proxy_bootstrap(),
+                                           "retry.backoff.ms": "50"})
+    with Cluster.connect(config) as cluster:
+        try:
+            before = proxy.snapshot()
+            proxy.blackhole(120, api_keys={END_TXN})
+            assert end_transactions(cluster, tokens, True, timeout_ms=1500) == \
+                [UNANSWERED] * 3
+            assert proxy.since(before).get(swallowed(END_TXN), 0) >= 3  # the fault fired
+            proxy.reset()
+            proxy.blackhole(2.0, api_keys={END_TXN})  # answers come back after 2 s
+            codes = end_transactions_until(cluster, tokens, True, deadline_ms=30_000,
+                                           timeout_ms=1000, backoff_ms=200)
+        finally:
+            proxy.reset()
+    assert codes == [0, 0, 0]
+    assert sorted(v for v in _committed(proxied, topic) if v is not None) == \
+        [b"v0", b"v1", b"v2"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +67,9 @@ if TYPE_CHECKING:
     from kafka_ds.client.sender import Sender
 
 log = logging.getLogger(__name__)
+# end_transactions' code for an EndTxn that got no answer in time (not a Kafka error code:
+# those are -1 and up).
+UNANSWERED = -1000
 
 TV1_PRODUCE_MAX = 11
 TV2_PRODUCE_MAX = 12
@@ -494,8 +498,12 @@ def end_transactions(cluster: Cluster, tokens: Sequence[TransactionToken], commi
     broken connection) are retried one by one within ``timeout_ms``. 0 means ended as asked,
     including a repeat of an earlier identical request. Codes in ``LOST_CODES`` on a commit
     mean the coordinator had aborted the transaction already (``complete_transaction``
-    explains them). Empty tokens are skipped (0).
+    explains them). ``UNANSWERED`` means no answer within ``timeout_ms`` (the coordinator
+    unreachable): whether that transaction ended is not known, and the others still got
+    their turn (one coordinator's outage used to raise and leave the rest untried). Empty
+    tokens are skipped (0).
     """
+    deadline = time.monotonic() + timeout_ms / 1000
     codes = [0] * len(tokens)
     client = cluster.client
     sent: list[tuple[int, Any]] = []
@@ -530,9 +538,37 @@ def end_transactions(cluster: Cluster, tokens: Sequence[TransactionToken], commi
             build = _end_txn(token.transactional_id, token.producer_id, token.producer_epoch,
                              token.protocol_version, commit)
             what = "commit" if commit else "abort"
-            code = coordinator.call(build, f"EndTxn ({what})", timeout_ms).error_code
+            remaining_ms = max(int((deadline - time.monotonic()) * 1000), 0)
+            try:
+                code = coordinator.call(build, f"EndTxn ({what})", remaining_ms).error_code
+            except KafkaTimeoutError:
+                code = UNANSWERED
         codes[index] = code
     return codes
+
+
+def end_transactions_until(cluster: Cluster, tokens: Sequence[TransactionToken],
+                           commit: bool, *, deadline_ms: int, timeout_ms: int = 60_000,
+                           backoff_ms: int = 1_000) -> list[int]:
+    """``end_transactions``, then again for those left ``UNANSWERED``, until each has an
+    answer or ``deadline_ms`` (from now) has passed. For a decided commit, whose
+    transactions must all end alike: ``transaction.timeout.ms`` bounds it, as past that the
+    coordinator aborts them (and answers so: a code in ``LOST_CODES``)."""
+    deadline = time.monotonic() + deadline_ms / 1000
+    codes = end_transactions(cluster, tokens, commit, timeout_ms=timeout_ms)
+    while True:
+        pending = [index for index, code in enumerate(codes) if code == UNANSWERED]
+        left_s = deadline - time.monotonic()
+        if not pending or left_s <= 0:
+            return codes
+        log.warning("EndTxn(%s) of %d transaction(s) got no answer (first %r); trying again",
+                    "commit" if commit else "abort", len(pending),
+                    tokens[pending[0]].transactional_id)
+        time.sleep(min(backoff_ms / 1000, left_s))
+        again = end_transactions(cluster, [tokens[index] for index in pending], commit,
+                                 timeout_ms=max(min(timeout_ms, int(left_s * 1000)), 1))
+        for index, code in zip(pending, again, strict=True):
+            codes[index] = code
 
 
 def fence_transactional_id(cluster: Cluster, transactional_id: str, *,

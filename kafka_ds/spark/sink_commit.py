@@ -16,8 +16,11 @@ read back from Kafka, so a driver that died and came back decides the same. Exac
          is not (timed out, fenced by a zombie attempt) -> abort the others, raise
          SinkBatchAbortedError: nothing of B is visible, a restart writes B again
       2. write the commit intent of B (sink_intent): the commit point
-      3. EndTxn(commit) for all, in parallel. Lost ones (the coordinator aborted them between
-         1 and 3, or during a restart that outlived transaction.timeout.ms) -> SinkDataLossError
+      3. EndTxn(commit) for all, in parallel; those without an answer (a coordinator
+         unreachable) again, until transaction.timeout.ms: the batch is decided, so every
+         one must end committed. Lost ones (the coordinator aborted them between 1 and 3,
+         or during a restart that outlived transaction.timeout.ms) -> SinkDataLossError;
+         still unanswered -> a timeout that says how many were committed
       4. after a restart (a new run id) or with fewer partitions than before: abort
          transactions still open under the prefix that nobody will finish
          (ListTransactions, else the ids the last intent says were used); and the ids of
@@ -46,8 +49,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from kafka_ds.client.admin import Admin, DescribedTransaction
 from kafka_ds.client.cluster import Cluster
-from kafka_ds.client.transactions import end_transactions, fence_transactional_id
-from kafka_ds.protocol.errors import BrokerError, ErrorCode, KafkaDsError
+from kafka_ds.client.transactions import (
+    UNANSWERED,
+    end_transactions,
+    end_transactions_until,
+    fence_transactional_id,
+)
+from kafka_ds.protocol.errors import BrokerError, ErrorCode, KafkaDsError, KafkaTimeoutError
 from kafka_ds.protocol.txn_state import LOST_CODES, TransactionToken
 from kafka_ds.spark import sink_pool
 from kafka_ds.spark.sink_faults import armed, fault_point
@@ -166,7 +174,15 @@ class BatchCommit:
                                "before, yet some of its tasks wrote again; their transactions "
                                "were aborted. Restart the query")
         if previous.batch_id > batch_id:
-            return  # committed, and a later batch too: nothing left to do
+            # Spark replays only its last batch: an intent ahead of it means the checkpoint
+            # was restored or its logs cut back. The rows of the same offsets were written by
+            # the run that got that far, so writing nothing is exactly once; said, not silent.
+            log.warning("pykafka sink %s: batch %d is older than batch %d, whose commit an "
+                        "earlier run of this query decided (was the checkpoint restored or "
+                        "cut back?): it writes nothing, as its rows were written then. To "
+                        "write them again, use a new checkpoint location or another "
+                        "transactionalIdPrefix", self.sink_id, batch_id, previous.batch_id)
+            return
         log.warning("pykafka sink %s: batch %d is a replay of a batch whose commit was decided"
                     " (intent of %d transactions): rolling it forward", self.sink_id, batch_id,
                     len(previous.transactions))
@@ -231,12 +247,25 @@ class BatchCommit:
                     prepared: list[SinkCommitMessage] | None) -> None:
         """Step 3 (and the roll-forward): EndTxn(commit) for every token; losses are loud."""
         if len(tokens) > 1 and armed("commit:after-first-end"):
-            codes = self._end(cluster, tokens[:1], True)
+            codes = self._commit_end(cluster, tokens[:1])
             fault_point("commit:after-first-end", batch_id=self.batch_id, committed=1,
                         transactions=len(tokens))
-            codes += self._end(cluster, tokens[1:], True)
+            codes += self._commit_end(cluster, tokens[1:])
         else:
-            codes = self._end(cluster, tokens, True)
+            codes = self._commit_end(cluster, tokens)
+        unanswered = [token.transactional_id for token, code in zip(tokens, codes, strict=True)
+                      if code == UNANSWERED]
+        if unanswered:
+            done = sum(1 for code in codes if code == 0)
+            visible = ("; for a batch write, the write is partly visible: do not simply run it "
+                       "again" if not self.streaming else
+                       "; the query's restart finishes the commit (its intent is written)")
+            raise KafkaTimeoutError(
+                f"pykafka sink {self.sink_id}: committed {done} of {len(tokens)} transactions "
+                f"of {self._what()}; EndTxn(commit) of {len(unanswered)} got no answer within "
+                f"transaction.timeout.ms ({self.transaction_timeout_ms} ms) of trying, first "
+                f"{unanswered[0]!r}: their records become visible if a commit arrived, and "
+                f"are aborted by the coordinator otherwise{visible}")
         partition_of = {m.token.transactional_id: m.partition_id for m in prepared or ()
                         if m.token is not None}
         lost = [_lost(partition_of.get(token.transactional_id,
@@ -271,11 +300,26 @@ class BatchCommit:
             log.warning("pykafka sink %s: could not abort %s (its transactions end by "
                         "transaction.timeout.ms): %s", self.sink_id, self._what(), exc)
 
+    def _commit_end(self, cluster: Cluster, tokens: list[TransactionToken]) -> list[int]:
+        """EndTxn(commit), again for those without an answer (a coordinator unreachable),
+        up to transaction.timeout.ms: once one transaction of a batch is committed, the
+        others must be too, and past that time the coordinator aborts them (and says so)."""
+        return end_transactions_until(cluster, tokens, True,
+                                      deadline_ms=self.transaction_timeout_ms,
+                                      timeout_ms=_TIMEOUT_MS) if tokens else []
+
     def _end(self, cluster: Cluster, tokens: Iterable[TransactionToken | None],
              commit: bool) -> list[int]:
         wanted = [token for token in tokens if token is not None]
-        return end_transactions(cluster, wanted, commit, timeout_ms=_TIMEOUT_MS) if wanted \
+        codes = end_transactions(cluster, wanted, commit, timeout_ms=_TIMEOUT_MS) if wanted \
             else []
+        unanswered = [token.transactional_id for token, code in zip(wanted, codes, strict=True)
+                      if code == UNANSWERED]
+        if unanswered and not commit:
+            log.warning("pykafka sink %s: EndTxn(abort) of %d transaction(s) got no answer "
+                        "(first %r): they end by transaction.timeout.ms", self.sink_id,
+                        len(unanswered), unanswered[0])
+        return codes
 
     def _restarted_or_shrunk(self, previous: CommitIntent | None) -> bool:
         return (previous is None or previous.run_id != self.run_id or self.run_id is None
