@@ -5,6 +5,7 @@ fallback for the query id, and the fault points' bookkeeping."""
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from pyspark.sql.types import (
 from kafka_ds.protocol.txn_state import TransactionToken
 from kafka_ds.spark import sink_faults
 from kafka_ds.spark.options import KafkaOptionError
-from kafka_ds.spark.sink_commit import query_id_from_checkpoint
+from kafka_ds.spark.sink_commit import BatchCommit, query_id_from_checkpoint
 from kafka_ds.spark.sink_intent import CommitIntent, intent_for
 from kafka_ds.spark.sink_messages import (
     LostTransaction,
@@ -150,3 +151,19 @@ def test_fault_points_fire_once_and_are_logged(tmp_path: Path,
     log = [json.loads(line) for line in Path(f"{faults}.log").read_text().splitlines()]
     assert [(entry["point"], entry["batch"]) for entry in log] == [("commit:start", 2)]
     assert not sink_faults.armed("commit:start")
+
+
+def test_a_batch_older_than_the_decided_intent_writes_nothing_and_says_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Spark replays only its last batch: an intent for a later one means the checkpoint was
+    restored or cut back. The batch writes nothing (its offsets' rows were written by the run
+    that got that far), which used to happen without a word."""
+    options = parse_sink_options({**BOOTSTRAP, "topic": "out"})
+    commit = BatchCommit(options, [], 5, "p", 60_000)
+    later = intent_for("p", "q", "run-1", 7, 2, None, [TOKEN])
+    with caplog.at_level(logging.WARNING, logger="kafka_ds.spark.sink_commit"):
+        commit._roll_forward(None, later, [])  # type: ignore[arg-type]  # no broker call
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "batch 5 is older than batch 7" in warnings[0]
+    assert "new checkpoint location" in warnings[0]
