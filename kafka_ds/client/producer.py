@@ -266,12 +266,12 @@ class Producer(ProducerTransactions):
                 # would not fit, not after it: that record opened a second batch on the same
                 # partition, and the run ended a record or two into it (the spill went out
                 # alone when linger.ms passed before the partition's next run).
-                full_bytes = self._accumulator.batch_limit_bytes(topic)
                 if sticky is not None:
                     with self._lock:
                         sticky.close_lane()
-                if sticky is None or (sticky.counted and sticky.counted + size > full_bytes):
-                    sticky = self._sticky_switch(topic, size, full_bytes)
+                if sticky is None or (sticky.counted and sticky.counted + size >
+                                      self._accumulator.batch_limit_bytes(topic)):
+                    sticky = self._sticky_switch(topic, size)
                 sticky.counted += size
                 partition = sticky.partition
             else:
@@ -285,9 +285,6 @@ class Producer(ProducerTransactions):
                     f"{meta.partition_count} partitions (0..{meta.partition_count - 1})")
         if size > self._size_limit:
             check_record_size(size, self.config, topic)
-        txn = self._txn
-        if txn is not None and txn.machine.state is not _IN_TRANSACTION:
-            txn.machine.require(TxnState.IN_TRANSACTION, action="send()")
         lock = self._lock
         lock.acquire()
         try:
@@ -488,12 +485,13 @@ class Producer(ProducerTransactions):
             # The bytes went to the lane's partition: counted there, never against the next.
             self._sticky.count(topic, state.counted - state.known)
 
-    def _sticky_switch(self, topic: str, size: int, full_bytes: int) -> StickyLane:
-        """Ask the partitioner where the next ``size`` bytes of ``topic`` go, in runs of
-        ``full_bytes``; cache it."""
+    def _sticky_switch(self, topic: str, size: int) -> StickyLane:
+        """Ask the partitioner where the next ``size`` bytes of ``topic`` go, in runs of the
+        batch's limit; cache it."""
         meta = self._sender.topic_meta.get(topic) or self._topic_meta(topic)
         self._sticky_sync(topic, meta.available)
-        partition = self._sticky.take(topic, meta.available, size, full_bytes)
+        partition = self._sticky.partition(topic, meta.available, size,
+                                           self._accumulator.batch_limit_bytes(topic))
         # The partitioner counted ``size`` already; send() counts it again (and tells the
         # partitioner only the difference at the next sync).
         known = self._sticky.used_bytes(topic)

@@ -11,11 +11,10 @@ Three rules, in order:
    JVM producer (or librdkafka's ``murmur2_random``) picks for the same key bytes, so mixed
    producers keep per-key ordering.
 3. An unkeyed record (or any record when ``partitioner.ignore.keys``) goes to the topic's
-   *sticky* partition, which changes once a batch's worth went to it: ``batch.size`` bytes
-   (``partition``, ``run``), or for the producer the batch's limit, ``batch.size`` on the
-   wire as the compression-ratio estimate judges it (``take``, ``fill``), ending before the
-   record that would not fit. Spreading records one by one would make many small batches;
-   sticking fills one batch at a time.
+   *sticky* partition, which changes once a batch's worth went to it, before the record that
+   would not fit: ``batch.size`` bytes, or for the producer the batch's limit, ``batch.size``
+   on the wire as the compression-ratio estimate judges it. Spreading records one by one
+   would make many small batches; sticking fills one batch at a time.
 
 ``murmur2`` returns Java's signed 32-bit ``int``; ``murmur2_many`` hashes many keys at once
 for the columnar send path.
@@ -158,10 +157,12 @@ class StickyPartitioner:
     """The sticky partition of each topic for unkeyed records (KIP-480 / KIP-794).
 
     ``partition(topic, partitions, record_bytes)`` returns the current sticky partition and
-    counts ``record_bytes`` against it; once ``batch_size_bytes`` have gone to it, the next
-    record picks another partition at random (uniformly among ``partitions``, never the one
-    just left when there is a choice). ``partitions`` is the list of partitions that have a
-    leader, so a partition that is offline is not chosen.
+    counts ``record_bytes`` against it; a record that would take the partition's run past
+    ``batch_size_bytes`` (or the ``full_bytes`` given: a batch's limit) picks another
+    partition at random instead (uniformly among ``partitions``, never the one just left when
+    there is a choice), so that a run fills one batch and leaves no spill of a record or two.
+    ``run`` and ``fill`` place many records by the same rule. ``partitions`` is the list of
+    partitions that have a leader, so a partition that is offline is not chosen.
     """
 
     __slots__ = ("_batch_size_bytes", "_random", "_state")
@@ -172,13 +173,12 @@ class StickyPartitioner:
         # topic -> [partition, bytes produced to it since it was chosen]
         self._state: dict[str, list[int]] = {}
 
-    def partition(self, topic: str, partitions: Sequence[int], record_bytes: int) -> int:
-        state = self._state.get(topic)
-        if state is None or state[0] not in partitions:
-            state = self._state[topic] = [self._random.choice(partitions), 0]
-        elif state[1] >= self._batch_size_bytes:
-            state[0] = self._next(state[0], partitions)
-            state[1] = 0
+    def partition(self, topic: str, partitions: Sequence[int], record_bytes: int,
+                  full_bytes: int | None = None) -> int:
+        full = self._batch_size_bytes if full_bytes is None else full_bytes
+        # A run holding anything switches when this record would take it past ``full``; an
+        # empty one takes the record, however large.
+        state = self._run_state(topic, partitions, max(full - record_bytes + 1, 1))
         state[1] += record_bytes
         return state[0]
 
@@ -202,14 +202,8 @@ class StickyPartitioner:
 
     def run(self, topic: str, partitions: Sequence[int], cumulative: Sequence[int],
             start: int, end: int) -> tuple[int, int]:
-        """For records ``start:end`` (``cumulative`` sizes as in ``append_many``): the sticky
-        partition and where its run of records stops, counting their bytes against it."""
-        state = self._run_state(topic, partitions, self._batch_size_bytes)
-        room = self._batch_size_bytes - state[1]
-        stop = bisect.bisect_left(cumulative, cumulative[start] + room, start + 1, end + 1)
-        stop = min(max(stop, start + 1), end)
-        state[1] += cumulative[stop] - cumulative[start]
-        return state[0], stop
+        """``fill`` with ``batch.size`` as the limit."""
+        return self.fill(topic, partitions, cumulative, start, end, self._batch_size_bytes)
 
     def fill(self, topic: str, partitions: Sequence[int], cumulative: Sequence[int],
              start: int, end: int, limit_bytes: int) -> tuple[int, int]:
@@ -220,33 +214,18 @@ class StickyPartitioner:
         switches. The threshold is ``limit_bytes``: below ``batch.size`` by the batch header,
         above it by the compression-ratio estimate (the Java client counts estimated
         compressed bytes too)."""
-        limit = limit_bytes
-        state = self._run_state(topic, partitions, limit)
-        fits = bisect.bisect_right(cumulative, cumulative[start] + limit - state[1],
+        state = self._run_state(topic, partitions, limit_bytes)
+        fits = bisect.bisect_right(cumulative, cumulative[start] + limit_bytes - state[1],
                                    start + 1, end + 1) - 1
         if fits <= start and state[1]:  # not one more record fits: start the next partition
             state[:] = [self._next(state[0], partitions), 0]
-            fits = bisect.bisect_right(cumulative, cumulative[start] + limit, start + 1,
+            fits = bisect.bisect_right(cumulative, cumulative[start] + limit_bytes, start + 1,
                                        end + 1) - 1
         stop = min(max(fits, start + 1), end)  # a record larger than the limit goes alone
         state[1] += cumulative[stop] - cumulative[start]
         if stop < end:
-            state[1] = max(state[1], limit)
+            state[1] = max(state[1], limit_bytes)
         return state[0], stop
-
-    def take(self, topic: str, partitions: Sequence[int], record_bytes: int,
-             full_bytes: int) -> int:
-        """As ``partition``, for one record in runs of at most ``full_bytes`` (the batch's
-        limit, which a compression-ratio estimate raises above ``batch.size``): the partition
-        switches before a record that would take its run past ``full_bytes``, so that a run
-        fills one batch rather than a full one and a spill of a record or two (send())."""
-        state = self._state.get(topic)
-        if state is None or state[0] not in partitions:
-            state = self._state[topic] = [self._random.choice(partitions), 0]
-        elif state[1] and state[1] + record_bytes > full_bytes:
-            state[:] = [self._next(state[0], partitions), 0]
-        state[1] += record_bytes
-        return state[0]
 
     def count(self, topic: str, record_bytes: int) -> None:
         """Count bytes that went to the current sticky partition of ``topic`` without

@@ -247,12 +247,12 @@ class BatchCommit:
                     prepared: list[SinkCommitMessage] | None) -> None:
         """Step 3 (and the roll-forward): EndTxn(commit) for every token; losses are loud."""
         if len(tokens) > 1 and armed("commit:after-first-end"):
-            codes = self._commit_end(cluster, tokens[:1])
+            codes = self._end(cluster, tokens[:1], True)
             fault_point("commit:after-first-end", batch_id=self.batch_id, committed=1,
                         transactions=len(tokens))
-            codes += self._commit_end(cluster, tokens[1:])
+            codes += self._end(cluster, tokens[1:], True)
         else:
-            codes = self._commit_end(cluster, tokens)
+            codes = self._end(cluster, tokens, True)
         unanswered = [token.transactional_id for token, code in zip(tokens, codes, strict=True)
                       if code == UNANSWERED]
         if unanswered:
@@ -300,22 +300,23 @@ class BatchCommit:
             log.warning("pykafka sink %s: could not abort %s (its transactions end by "
                         "transaction.timeout.ms): %s", self.sink_id, self._what(), exc)
 
-    def _commit_end(self, cluster: Cluster, tokens: list[TransactionToken]) -> list[int]:
-        """EndTxn(commit), again for those without an answer (a coordinator unreachable),
-        up to transaction.timeout.ms: once one transaction of a batch is committed, the
-        others must be too, and past that time the coordinator aborts them (and says so)."""
-        return end_transactions_until(cluster, tokens, True,
-                                      deadline_ms=self.transaction_timeout_ms,
-                                      timeout_ms=_TIMEOUT_MS) if tokens else []
-
     def _end(self, cluster: Cluster, tokens: Iterable[TransactionToken | None],
              commit: bool) -> list[int]:
+        """EndTxn for every token. A commit asks again for those without an answer (a
+        coordinator unreachable), up to transaction.timeout.ms: once one transaction of a
+        batch is committed, the others must be too, and past that time the coordinator
+        aborts them (and says so). An abort without an answer is left to that timeout."""
         wanted = [token for token in tokens if token is not None]
-        codes = end_transactions(cluster, wanted, commit, timeout_ms=_TIMEOUT_MS) if wanted \
-            else []
+        if not wanted:
+            return []
+        if commit:
+            return end_transactions_until(cluster, wanted, True,
+                                          deadline_ms=self.transaction_timeout_ms,
+                                          timeout_ms=_TIMEOUT_MS)
+        codes = end_transactions(cluster, wanted, False, timeout_ms=_TIMEOUT_MS)
         unanswered = [token.transactional_id for token, code in zip(wanted, codes, strict=True)
                       if code == UNANSWERED]
-        if unanswered and not commit:
+        if unanswered:
             log.warning("pykafka sink %s: EndTxn(abort) of %d transaction(s) got no answer "
                         "(first %r): they end by transaction.timeout.ms", self.sink_id,
                         len(unanswered), unanswered[0])
