@@ -20,6 +20,11 @@ Metadata ...) while the others keep working:
   Produce batches (the CRC is recomputed): the broker sees a sequence gap the client does
   not know about, and answers OUT_OF_ORDER_SEQUENCE_NUMBER.
 * ``delay(ms)``: hold each chunk for ``ms`` before forwarding.
+* ``hold_requests(seconds, n)``: hold the next ``n`` requests, and everything their
+  connection sends after them, for ``seconds``, then forward them in order, even if the
+  client has closed the connection meanwhile (its bytes were already on the way): a request
+  the client gave up on reaches the broker late. The held connection's responses stay
+  unanswered until then; other connections carry on.
 * ``cut_all()``: close every connection now.
 * ``mutate_responses(mutator, n)``: hand each response frame of the chosen APIs to
   ``mutator(frame, api_version)``; the next ``n`` frames it returns a ``Mutated`` for go to
@@ -269,6 +274,7 @@ class _Rule:
     api_keys: frozenset[int] | None
     delta: int = 0
     mutator: Callable[[bytes, int], Mutated | None] | None = None
+    seconds: float = 0.0
 
     def matches(self, api_key: int) -> bool:
         return self.remaining > 0 and (self.api_keys is None or api_key in self.api_keys)
@@ -285,11 +291,18 @@ class _Link:
         # (API key, API version) of each awaited response, in order.
         self.pending: list[tuple[int, int]] = []
         self.closed = False
+        # hold_requests: frames waiting (in order) until release_at; the client may leave
+        # meanwhile (client_gone), the upstream side stays open until close_at.
+        self.held: list[bytes] = []
+        self.release_at = 0.0
+        self.client_gone = False
+        self.close_at = 0.0
 
 
 _STAT_KEYS = ("connections", "requests", "responses", "cut_responses", "cut_requests",
               "cut_mid_responses", "dropped_responses", "rewritten_sequences",
-              "swallowed_bytes", "swallowed_responses", "mutated_responses")
+              "swallowed_bytes", "swallowed_responses", "mutated_responses",
+              "held_requests", "released_requests")
 
 
 class KafkaProxy:
@@ -309,7 +322,8 @@ class KafkaProxy:
         self._links: list[_Link] = []
         self._rules: dict[str, list[_Rule]] = {
             "cut_responses": [], "cut_requests": [], "cut_mid_responses": [],
-            "dropped_responses": [], "rewritten_sequences": [], "mutated_responses": []}
+            "dropped_responses": [], "rewritten_sequences": [], "mutated_responses": [],
+            "held_requests": []}
         self._blackhole_until = 0.0
         self._blackhole_keys: frozenset[int] | None = None
         self._delay_s = 0.0
@@ -324,11 +338,12 @@ class KafkaProxy:
     # --- commands (any thread) --------------------------------------------------------------
 
     def _arm(self, kind: str, count: int, api_keys: set[int] | None, delta: int = 0,
-             mutator: Callable[[bytes, int], Mutated | None] | None = None) -> None:
+             mutator: Callable[[bytes, int], Mutated | None] | None = None,
+             seconds: float = 0.0) -> None:
         keys = self.api_keys if api_keys is None else api_keys
         with self._lock:
             self._rules[kind].append(_Rule(count, None if keys is None else frozenset(keys),
-                                           delta, mutator))
+                                           delta, mutator, seconds))
 
     def cut_after_responses(self, count: int = 1, api_keys: set[int] | None = None) -> None:
         self._arm("cut_responses", count, api_keys)
@@ -349,6 +364,12 @@ class KafkaProxy:
                          count: int = 1, api_keys: set[int] | None = None) -> None:
         """Rewrite the next ``count`` responses ``mutator`` accepts (see the module doc)."""
         self._arm("mutated_responses", count, api_keys, mutator=mutator)
+
+    def hold_requests(self, seconds: float, count: int = 1,
+                      api_keys: set[int] | None = None) -> None:
+        """Deliver the next ``count`` requests (and what follows each on its connection)
+        ``seconds`` late, even after their client closed the connection."""
+        self._arm("held_requests", count, api_keys, seconds=seconds)
 
     def blackhole(self, seconds: float, api_keys: set[int] | None = None) -> None:
         keys = self.api_keys if api_keys is None else api_keys
@@ -417,7 +438,8 @@ class KafkaProxy:
                 self._links = links
             wanted = {}
             for link in links:
-                wanted[link.client.fileno()] = (link.client, link)
+                if not link.client_gone:
+                    wanted[link.client.fileno()] = (link.client, link)
                 wanted[link.upstream.fileno()] = (link.upstream, link)
             for fd in list(registered):
                 if fd not in wanted or registered[fd] is not wanted[fd][0]:
@@ -441,13 +463,32 @@ class KafkaProxy:
                 except OSError:
                     data = b""
                 if not data:
+                    if key.fileobj is link.client and link.held:
+                        link.client_gone = True  # its held requests still go upstream
+                        continue
                     self._close(link)
                     continue
                 if key.fileobj is link.client:
                     self._from_client(link, data)
                 else:
                     self._from_broker(link, data)
+            self._release_held(links)
         selector.close()
+
+    def _release_held(self, links: list[_Link]) -> None:
+        now = time.monotonic()
+        for link in links:
+            if link.held and now >= link.release_at and not link.closed:
+                frames, link.held = link.held, []
+                with self._lock:
+                    self.stats["released_requests"] += len(frames)
+                for frame in frames:
+                    if not self._send(link, link.upstream, frame):
+                        break
+                if link.client_gone:
+                    link.close_at = now + 2.0  # let the broker read them before the FIN
+            elif link.client_gone and not link.held and now >= link.close_at:
+                self._close(link)
 
     def _accept(self) -> None:
         try:
@@ -503,6 +544,15 @@ class KafkaProxy:
             if _produce_expects_response(frame):
                 version = _HEADER.unpack_from(frame, 4)[1] if len(frame) >= 12 else -1
                 link.pending.append((api_key, version))
+            rule = None
+            if not link.held:
+                with self._lock:
+                    rule = self._fire("held_requests", api_key)
+                if rule is not None:
+                    link.release_at = time.monotonic() + rule.seconds
+            if link.held or rule is not None:
+                link.held.append(frame)  # after a held frame, the rest waits behind it
+                continue
             if not self._send(link, link.upstream, frame):
                 return
 
@@ -533,6 +583,8 @@ class KafkaProxy:
         link.responses += data
         for frame in _whole_frames(link.responses):
             api_key, version = link.pending.pop(0) if link.pending else (-1, -1)
+            if link.client_gone:
+                continue  # nobody to answer
             with self._lock:
                 self.stats["responses"] += 1
                 cut = self._fire("cut_responses", api_key) is not None
