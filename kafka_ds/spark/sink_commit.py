@@ -26,6 +26,8 @@ read back from Kafka, so a driver that died and came back decides the same. Exac
          (ListTransactions, else the ids the last intent says were used); and the ids of
          EMPTY tasks on a retry (an earlier attempt may have written before it failed)
     abort(B):
+      first settle the intent's transactional id (sink_intent): an intent write commit()
+          gave up on cannot land later
       the intent of B exists -> the commit was decided: leave its transactions to the
           roll-forward of the replay (aborting them would lose part of a decided batch)
       otherwise EndTxn(abort) for the prepared ones, InitProducerId on the ids of failed
@@ -341,6 +343,10 @@ class BatchCommit:
         failed = [index for index, message in enumerate(self.messages) if message is None]
         with _pooled(self.options) as cluster:
             store = self._store(cluster)
+            if store is not None:
+                # commit() may have given up on its intent write while the write was still in
+                # flight: end it before reading, or it could land after this abort.
+                store.settle(_TIMEOUT_MS)
             previous = store.latest(self.query_id) if store is not None else None
             if previous is not None and self.batch_id is not None and \
                     previous.batch_id >= self.batch_id:

@@ -15,8 +15,21 @@ The alternative, OffsetCommit metadata in a consumer group, was rejected:
 - The cost is the same order: a task reads the intent with ListOffsets + one Fetch of one
   record (an OffsetFetch would be one request), the driver writes it with one Produce.
 
+Each intent is written in a Kafka transaction of its own (transactional id
+``<sink id>-intent``) and read read_committed, so that giving up on a write is final. An
+idempotent append has no such end: a Produce the driver stopped waiting for (its 60 s
+elapsed, the driver died) may still reach the log later, after ``abort`` had read "no intent"
+and aborted the batch's transactions; the restarted query would then find the intent, roll
+forward transactions that no longer exist, and fail with ``SinkDataLossError``. With a
+transaction, ``settle`` (InitProducerId on the intent's id) ends whatever write is still in
+flight: it aborts an open one (a late Produce or EndTxn of the old epoch is then refused) or
+completes one whose commit the coordinator had already decided; either way, what a reader
+sees next stays true.
+
 Limits: the topic needs CREATE (or an operator creates it: one partition,
-cleanup.policy=compact) and the sink's principal needs READ and WRITE on it. It must hold one
+cleanup.policy=compact) and the sink's principal needs READ and WRITE on it, and WRITE on
+the transactional id ``<sink id>-intent`` (the PREFIXED ACL on ``<prefix>-`` that its tasks
+need covers it). It must hold one
 sink's records only (the record key is checked). Deleting it forgets the intents: a query
 restarted after that cannot tell whether its last batch was committed.
 """
@@ -32,16 +45,41 @@ from typing import Any
 
 from kafka_ds.client.admin import Admin
 from kafka_ds.client.cluster import Cluster, UnknownTopicError
+from kafka_ds.client.fetch_config import FetchConfig
 from kafka_ds.client.fetcher import Fetcher
-from kafka_ds.client.offsets import latest_offsets
-from kafka_ds.protocol.txn_state import TransactionToken
-from kafka_ds.protocol.types import TopicPartition
+from kafka_ds.client.offsets import earliest_offsets, latest_offsets
+from kafka_ds.client.transactions import fence_transactional_id
+from kafka_ds.protocol.errors import KafkaTimeoutError
+from kafka_ds.protocol.txn_state import (
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionToken,
+    TxnState,
+)
+from kafka_ds.protocol.types import IsolationLevel, TopicPartition
 from kafka_ds.spark import sink_pool
 from kafka_ds.spark.options import KafkaOptionError
 
 log = logging.getLogger(__name__)
 
 _FORMAT_VERSION = 1
+# A driver that died inside an intent write leaves its transaction open this long at most
+# (unless the next reader settles it sooner): a read_committed reader of the topic waits
+# behind it, and the next write fences it anyway.
+_TRANSACTION_TIMEOUT_MS = 60_000
+# How long a reader lets an intent transaction it finds open finish on its own (its commit
+# markers are written after EndTxn answers: a few ms) before it settles it.
+_SETTLE_WAIT_MS = 3_000
+# The first look back from the last stable offset: each intent takes two offsets (the record
+# and its commit marker); a failed write adds aborted ones.
+_FIRST_WINDOW = 8
+
+
+def intent_transactional_id(sink_id: str) -> str:
+    """The transactional id of a sink's intent writes: under the ACL prefix of its tasks'
+    ``<sink id>-N`` ids, yet not one of them, so that the sink's cleanup of lingering task
+    transactions never fences it."""
+    return f"{sink_id}-intent"
 
 
 @dataclass(frozen=True)
@@ -123,13 +161,8 @@ class IntentStore:
             self.cluster.topic(self.topic, timeout_ms=timeout_ms)
         except UnknownTopicError:
             return None
-        end = latest_offsets(self.cluster, [tp], timeout_ms=timeout_ms)[tp]
-        if end == 0:
-            return None
-        # One record: no fetch session, whose close would be one more round trip.
-        records = [record for _, record in Fetcher(self.cluster, use_sessions=False)
-                   .read_records([(self.topic, 0, end - 1, end)])]
-        record = records[-1] if records else None
+        stable = self._stable_end(tp, timeout_ms)
+        record = self._last_committed_record(tp, stable, timeout_ms)
         if record is None or record.value is None:
             return None  # compacted away under a tombstone: the sink was reset on purpose
         key = record.key.decode("utf-8", "replace") if record.key is not None else None
@@ -140,22 +173,120 @@ class IntentStore:
                 "intentTopic), or leave the option out to get one per query")
         return CommitIntent.from_json(record.value, self.topic)
 
+    def _stable_end(self, tp: TopicPartition, timeout_ms: int) -> int:
+        """The topic's last stable offset once no intent write is in flight.
+
+        An open intent transaction is either one whose commit markers are still being
+        written (right after a write: wait for them) or one that nobody will finish on its
+        own (its driver died or gave up, or a zombie may still commit it): reading past it
+        now could contradict what it becomes, so it is settled first.
+        """
+        started = time.monotonic()
+        settled = False
+        while True:
+            stable = latest_offsets(self.cluster, [tp], timeout_ms=timeout_ms,
+                                    isolation_level=IsolationLevel.READ_COMMITTED)[tp]
+            end = latest_offsets(self.cluster, [tp], timeout_ms=timeout_ms)[tp]
+            if stable >= end:
+                return stable
+            waited_ms = (time.monotonic() - started) * 1000
+            if not settled and waited_ms >= _SETTLE_WAIT_MS:
+                log.warning("pykafka sink %s: an intent write of transactional id %r is still "
+                            "open in %r after %d ms (its driver died or gave up): settling "
+                            "it", self.sink_id, intent_transactional_id(self.sink_id),
+                            self.topic, _SETTLE_WAIT_MS)
+                self.settle(timeout_ms)
+                settled = True
+            elif settled and waited_ms >= _SETTLE_WAIT_MS + timeout_ms:
+                raise KafkaTimeoutError(
+                    f"the intent topic {self.topic!r} still holds an open transaction "
+                    f"{timeout_ms} ms after its intent writes were settled: another "
+                    "transactional producer writes to it; it must be dedicated to one sink "
+                    "(option intentTopic)")
+            time.sleep(0.1 if settled else 0.02)
+
+    def _last_committed_record(self, tp: TopicPartition, stable: int, timeout_ms: int
+                               ) -> Any:
+        """The last committed record below ``stable``, looking further back while the window
+        holds only markers and aborted writes; None if the partition has none."""
+        if stable == 0:
+            return None
+        fetcher = Fetcher(self.cluster, FetchConfig(
+            isolation_level=IsolationLevel.READ_COMMITTED, fetch_timeout_ms=timeout_ms),
+            use_sessions=False)  # a few records: a session would cost a round trip to close
+        window = _FIRST_WINDOW
+        first: int | None = None
+        high = stable
+        while True:
+            low = max(stable - window, 0)
+            if first is None and low == 0:
+                first = earliest_offsets(self.cluster, [tp], timeout_ms=timeout_ms)[tp]
+            if first is not None:
+                low = max(low, first)
+            if low >= high:
+                return None
+            records = [record for _, record in fetcher.read_records([(tp.topic, 0, low, high)])]
+            if records:
+                return records[-1]
+            if first is not None and low <= first:
+                return None
+            high, window = low, window * 8
+
+    def settle(self, timeout_ms: int = 60_000) -> None:
+        """End the intent write that may still be in flight, whoever started it: after this,
+        no earlier write can become visible, and one already decided is visible.
+
+        InitProducerId on the intent's transactional id: the coordinator aborts an open
+        transaction (a late Produce or EndTxn of the old epoch is refused from now on) and
+        completes one whose commit it had decided. This process's pooled intent producer is
+        fenced by it, so it is dropped here.
+        """
+        sink_pool.discard_producer(self._producer_properties())
+        fence_transactional_id(self.cluster, intent_transactional_id(self.sink_id),
+                               transaction_timeout_ms=_TRANSACTION_TIMEOUT_MS,
+                               timeout_ms=timeout_ms)
+
     def write(self, intent: CommitIntent, timeout_ms: int = 60_000) -> None:
-        """Append ``intent`` and return once every in-sync replica has it (acks=all)."""
+        """Commit ``intent`` in a transaction of its own; return once every in-sync replica
+        has it (acks=all).
+
+        A producer kept from an earlier batch may have been fenced since (a reader settled
+        an open write, or ``abort`` did, in another worker): its write fails before
+        anything is committed, so it is retried once with a new producer.
+        """
         self._ensure_topic(timeout_ms)
+        props = self._producer_properties()
+        for attempt in (1, 2):
+            producer = sink_pool.producer(props)  # the commit worker keeps it for later batches
+            try:
+                if producer.transaction_state is TxnState.UNINITIALIZED:
+                    producer.init_transactions(timeout_ms)
+                producer.begin_transaction()
+                producer.send(self.topic, intent.to_json(), key=self.sink_id.encode("utf-8"),
+                              partition=0)
+                producer.commit_transaction(timeout_ms)
+                return
+            except (ProducerFencedError, TransactionAbortableError) as exc:
+                # Either way this attempt's transaction cannot commit (a fenced Produce is
+                # refused with INVALID_PRODUCER_EPOCH, which leaves it abortable).
+                sink_pool.discard_producer(props)
+                if attempt == 2:
+                    raise
+                log.info("pykafka sink %s: the kept intent producer was fenced (%s); writing "
+                         "the intent of batch %d with a new one", self.sink_id, exc,
+                         intent.batch_id)
+            except BaseException:
+                sink_pool.discard_producer(props)
+                raise
+
+    def _producer_properties(self) -> dict[str, str]:
         props = {key: value for key, value in self.properties.items()
                  if key not in ("transactional.id", "transaction.timeout.ms")}
         props.update({"acks": "all", "enable.idempotence": "true", "linger.ms": "0",
-                      "compression.type": "zstd"})
-        producer = sink_pool.producer(props)  # the commit worker keeps it for later batches
-        try:
-            future = producer.send(self.topic, intent.to_json(),
-                                   key=self.sink_id.encode("utf-8"), partition=0)
-            producer.flush(timeout_ms)
-            future.result(timeout_ms / 1000)
-        except BaseException:
-            sink_pool.discard_producer(props)
-            raise
+                      "compression.type": "zstd",
+                      "transactional.id": intent_transactional_id(self.sink_id),
+                      "transaction.timeout.ms": str(_TRANSACTION_TIMEOUT_MS)})
+        return props
 
     def _ensure_topic(self, timeout_ms: int) -> None:
         try:

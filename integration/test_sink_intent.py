@@ -1,0 +1,227 @@
+"""The exactly-once sink's commit intent against a real broker, with the writes that go wrong.
+
+The intent is the commit point: once a reader has decided "no intent for batch B" and the
+batch's transactions were aborted, no earlier write of B's intent may become visible, or the
+restarted query rolls forward transactions that no longer exist (``SinkDataLossError``).
+These tests deliver the driver's last request late through the proxy (``hold_requests``,
+the bytes were on the wire when the driver gave up or died) or leave a write open, and read
+the topic with confluent-kafka as the oracle of what a read_committed reader sees.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from integration.harness.proxy import END_TXN, ProxiedKafkaCluster
+from integration.producer_util import read_all, read_committed
+from kafka_ds.client.cluster import Cluster
+from kafka_ds.client.config import ClientConfig
+from kafka_ds.client.producer import Producer
+from kafka_ds.client.transactions import fence_transactional_id
+from kafka_ds.protocol.errors import KafkaTimeoutError
+from kafka_ds.spark import sink_pool, sink_task
+from kafka_ds.spark.sink_commit import BatchCommit
+from kafka_ds.spark.sink_intent import (
+    CommitIntent,
+    IntentStore,
+    intent_for,
+    intent_transactional_id,
+)
+from kafka_ds.spark.sink_messages import SinkCommitMessage, TaskOutcome
+from kafka_ds.spark.sink_options import InputColumns, parse_sink_options
+
+
+@pytest.fixture
+def proxied(proxied_kafka: ProxiedKafkaCluster) -> Iterator[ProxiedKafkaCluster]:
+    yield proxied_kafka
+    proxied_kafka.proxy.reset()
+
+
+@pytest.fixture
+def store(proxied: ProxiedKafkaCluster) -> Iterator[IntentStore]:
+    """A store of a new sink id whose every byte goes through the proxy."""
+    sink_id = f"intent-{uuid.uuid4().hex[:8]}"
+    properties = {"bootstrap.servers": proxied.proxy_bootstrap()}
+    cluster = Cluster.connect(ClientConfig.from_properties(properties))
+    try:
+        yield IntentStore(cluster, properties, f"{sink_id}.intent", sink_id)
+    finally:
+        sink_pool.discard_producer(_producer_properties(cluster, properties, sink_id))
+        cluster.close()
+
+
+def _producer_properties(cluster: Cluster, properties: dict[str, str], sink_id: str
+                         ) -> dict[str, str]:
+    return IntentStore(cluster, properties, f"{sink_id}.intent", sink_id
+                       )._producer_properties()
+
+
+def _intent(store: IntentStore, batch_id: int) -> CommitIntent:
+    return intent_for(store.sink_id, "q", "r", batch_id, 2, None, [])
+
+
+def _batches_seen(proxied: ProxiedKafkaCluster, topic: str, *, read_committed: bool
+                  ) -> list[int]:
+    return [CommitIntent.from_json(record.value or b"", topic).batch_id
+            for record in read_all(proxied.bootstrap(), topic, read_committed=read_committed)]
+
+
+def test_a_commit_of_an_intent_that_arrives_after_settle_is_refused(
+        proxied: ProxiedKafkaCluster, store: IntentStore) -> None:
+    """The driver's EndTxn(commit) of batch 2's intent is still on the wire when it gives
+    up (and drops its producer); abort() settles the intent's id and reads batch 1. When the
+    EndTxn reaches the coordinator 5 s later it must commit nothing: batch 2's record was
+    appended (read_uncommitted sees it) yet never becomes visible."""
+    store.write(_intent(store, 1))
+    proxy = proxied.proxy
+    before = proxy.snapshot()
+    proxy.hold_requests(5.0, 1, {END_TXN})
+    with pytest.raises(KafkaTimeoutError):
+        store.write(_intent(store, 2), timeout_ms=1_500)
+    assert proxy.since(before)["held_requests"] == 1  # the commit went out, and was held
+    store.settle()
+    decided = store.latest("q")
+    assert decided is not None and decided.batch_id == 1
+    deadline = time.monotonic() + 20
+    while proxy.since(before)["released_requests"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proxy.since(before)["released_requests"] >= 1  # the late commit reached the broker
+    time.sleep(2.0)  # for the coordinator to answer it (with PRODUCER_FENCED)
+    assert _batches_seen(proxied, store.topic, read_committed=False) == [1, 2]
+    assert _batches_seen(proxied, store.topic, read_committed=True) == [1]
+    again = store.latest("q")
+    assert again is not None and again.batch_id == 1
+
+
+def test_a_reader_settles_an_intent_write_whose_driver_died(
+        proxied: ProxiedKafkaCluster, store: IntentStore,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A driver appended batch 2's intent and died before EndTxn: the transaction stays open
+    (the topic's last stable offset is stuck below it). A reader waits for it a little, then
+    settles it (aborted) and reads batch 1; a later write still works."""
+    store.write(_intent(store, 1))
+    dead = Producer({"bootstrap.servers": proxied.bootstrap(),
+                     "transactional.id": intent_transactional_id(store.sink_id),
+                     "transaction.timeout.ms": "600000"})
+    dead.init_transactions()
+    dead.begin_transaction()
+    dead.send(store.topic, _intent(store, 2).to_json(), key=store.sink_id.encode(),
+              partition=0)
+    dead.flush(10_000)
+    dead.close(0)  # no EndTxn: only its transaction timeout (10 min) would end it
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="kafka_ds.spark.sink_intent"):
+        decided = store.latest("q")
+    waited_s = time.monotonic() - started
+    assert decided is not None and decided.batch_id == 1
+    assert 2.5 < waited_s < 30, waited_s  # it waited, then settled (not the 10 min timeout)
+    assert any("still open" in r.getMessage() for r in caplog.records)
+    assert _batches_seen(proxied, store.topic, read_committed=True) == [1]
+    store.write(_intent(store, 3))
+    latest = store.latest("q")
+    assert latest is not None and latest.batch_id == 3
+    assert _batches_seen(proxied, store.topic, read_committed=True) == [1, 3]
+
+
+def test_a_kept_intent_producer_fenced_elsewhere_writes_with_a_new_one(
+        proxied: ProxiedKafkaCluster, store: IntentStore,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Another worker's abort() settled the intent's id, fencing the producer this worker
+    kept from the last batch: the next write is retried once with a new producer, instead of
+    failing the query."""
+    store.write(_intent(store, 1))
+    kept = sink_pool.producer(store._producer_properties())
+    fence_transactional_id(store.cluster, intent_transactional_id(store.sink_id))
+    with caplog.at_level(logging.INFO, logger="kafka_ds.spark.sink_intent"):
+        store.write(_intent(store, 2))
+    assert any("was fenced" in r.getMessage() for r in caplog.records)
+    assert sink_pool.producer(store._producer_properties()) is not kept
+    assert _batches_seen(proxied, store.topic, read_committed=True) == [1, 2]
+    latest = store.latest("q")
+    assert latest is not None and latest.batch_id == 2
+
+
+def test_the_last_intent_is_found_behind_more_aborted_writes_than_one_look_covers(
+        proxied: ProxiedKafkaCluster, store: IntentStore) -> None:
+    """Six aborted intent writes (12 offsets of records and abort markers) sit after batch
+    1's: the reader looks further back than its first window of 8 offsets and finds it."""
+    store.write(_intent(store, 1))
+    writer = Producer({"bootstrap.servers": proxied.bootstrap(),
+                       "transactional.id": intent_transactional_id(store.sink_id)})
+    try:
+        writer.init_transactions()
+        for batch_id in range(2, 8):
+            writer.begin_transaction()
+            writer.send(store.topic, _intent(store, batch_id).to_json(),
+                        key=store.sink_id.encode(), partition=0)
+            writer.flush(10_000)
+            writer.abort_transaction()
+    finally:
+        writer.close()
+    assert _batches_seen(proxied, store.topic, read_committed=False) == [1, 2, 3, 4, 5, 6, 7]
+    assert _batches_seen(proxied, store.topic, read_committed=True) == [1]
+    decided = store.latest("q")
+    assert decided is not None and decided.batch_id == 1
+
+
+def test_a_batch_whose_intent_write_was_given_up_on_is_written_once_after_a_restart(
+        proxied: ProxiedKafkaCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sink end to end (tasks and driver in this process, as Spark would call them):
+    batch 0's commit gives up on its intent write while the intent's EndTxn(commit) is still
+    on the wire; Spark then calls abort(), which aborts the tasks' transactions. The EndTxn
+    reaches the coordinator later. The restarted query (a new run) replays batch 0: its
+    tasks must write again and its commit must make every row visible exactly once. Before
+    the intent had transactions of its own, the late intent made the replay skip its writes
+    and roll forward the aborted transactions: SinkDataLossError, the batch's rows lost."""
+    topic = f"late-intent-{uuid.uuid4().hex[:8]}"
+    proxied.create_topic(topic, 2)
+    prefix = f"late-{uuid.uuid4().hex[:8]}"
+    options = parse_sink_options({"kafka.bootstrap.servers": proxied.proxy_bootstrap(),
+                                  "topic": topic, "transactionalIdPrefix": prefix})
+    values = [b"row-%d" % i for i in range(400)]
+    original_write = IntentStore.write
+    monkeypatch.setattr(IntentStore, "write",  # the driver's 60 s, shortened for the test
+                        lambda self, intent, timeout_ms=0: original_write(self, intent, 1_500))
+
+    def tasks(run_id: str) -> list[SinkCommitMessage]:
+        messages = []
+        for partition, part in enumerate((values[:250], values[250:])):
+            task = sink_task.TaskInfo(partition_id=partition, attempt=0, batch_id=0,
+                                      query_id="q", run_id=run_id, speculation=False)
+            monkeypatch.setattr(sink_task.TaskInfo, "current",
+                                classmethod(lambda cls, task=task: task))
+            messages.append(sink_task.write_task(
+                iter([pa.record_batch([pa.array(part)], names=["value"])]), options,
+                InputColumns(value="value"), None, 60_000))
+        return messages
+
+    try:
+        first = tasks("run-1")
+        assert [m.outcome for m in first] == [TaskOutcome.PREPARED] * 2
+        proxy = proxied.proxy
+        before = proxy.snapshot()
+        proxy.hold_requests(5.0, 1, {END_TXN})  # the first EndTxn of the commit: the intent's
+        with pytest.raises(KafkaTimeoutError):
+            BatchCommit(options, first, 0, None, 60_000).commit()
+        assert proxy.since(before)["held_requests"] == 1
+        BatchCommit(options, first, 0, None, 60_000).abort()
+        deadline = time.monotonic() + 20
+        while proxy.since(before)["released_requests"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proxy.since(before)["released_requests"] >= 1  # the late EndTxn got there
+        time.sleep(2.0)
+        replay = tasks("run-2")
+        assert [m.outcome for m in replay] == [TaskOutcome.PREPARED] * 2  # not skipped
+        BatchCommit(options, replay, 0, None, 60_000).commit()
+        records = read_committed(proxied.bootstrap(), topic, expect=len(values))
+        assert sorted(r.value or b"" for r in records) == sorted(values)
+    finally:
+        for key in list(sink_pool._producers):
+            sink_pool._producers.pop(key).close(0)
+        sink_pool.discard_cluster(options.properties)
