@@ -163,7 +163,8 @@ class BatchCommit:
             return None
         assert self.sink_id is not None
         return IntentStore(cluster, self.options.properties,
-                           self.options.intent_topic_for(self.sink_id), self.sink_id)
+                           self.options.intent_topic_for(self.sink_id), self.sink_id,
+                           self.transaction_timeout_ms)
 
     def _roll_forward(self, cluster: Cluster, previous: CommitIntent,
                       prepared: list[SinkCommitMessage]) -> None:

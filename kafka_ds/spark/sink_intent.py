@@ -134,11 +134,15 @@ class IntentStore:
     """Reads and writes one sink's intents in its topic over a ``Cluster`` it borrows."""
 
     def __init__(self, cluster: Cluster, properties: Mapping[str, str], topic: str,
-                 sink_id: str) -> None:
+                 sink_id: str, transaction_timeout_ms: int | None = None) -> None:
         self.cluster = cluster
         self.properties = properties
         self.topic = topic
         self.sink_id = sink_id
+        # The sink's own timeout is within the broker's transaction.max.timeout.ms (checked
+        # at query start): never ask the coordinator for more than that.
+        self.transaction_timeout_ms = min(_TRANSACTION_TIMEOUT_MS,
+                                          transaction_timeout_ms or _TRANSACTION_TIMEOUT_MS)
 
     def latest(self, query_id: str | None, timeout_ms: int = 30_000) -> CommitIntent | None:
         """The last intent of query ``query_id`` under this sink id, or None if there is none.
@@ -243,7 +247,7 @@ class IntentStore:
         """
         sink_pool.discard_producer(self._producer_properties())
         fence_transactional_id(self.cluster, intent_transactional_id(self.sink_id),
-                               transaction_timeout_ms=_TRANSACTION_TIMEOUT_MS,
+                               transaction_timeout_ms=self.transaction_timeout_ms,
                                timeout_ms=timeout_ms)
 
     def write(self, intent: CommitIntent, timeout_ms: int = 60_000) -> None:
@@ -285,7 +289,7 @@ class IntentStore:
         props.update({"acks": "all", "enable.idempotence": "true", "linger.ms": "0",
                       "compression.type": "zstd",
                       "transactional.id": intent_transactional_id(self.sink_id),
-                      "transaction.timeout.ms": str(_TRANSACTION_TIMEOUT_MS)})
+                      "transaction.timeout.ms": str(self.transaction_timeout_ms)})
         return props
 
     def _ensure_topic(self, timeout_ms: int) -> None:

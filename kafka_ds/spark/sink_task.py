@@ -177,7 +177,8 @@ def _open(options: SinkOptions, sink_id: str, task: TaskInfo, properties: dict[s
     decided (nothing to write, and no InitProducerId: it would abort what the driver is about
     to roll forward); otherwise InitProducerId on the task's pooled producer, which fences
     any older attempt of this partition and aborts what it left open."""
-    if task.batch_id is not None and _batch_decided(options, sink_id, task):
+    if task.batch_id is not None and _batch_decided(
+            options, sink_id, task, int(properties["transaction.timeout.ms"])):
         return True
     producer = sink_pool.producer(properties)
     try:
@@ -251,12 +252,14 @@ def _message(outcome: TaskOutcome, sink_id: str, task: TaskInfo, clock: _Phases,
         phases_ms=tuple(clock.laps))
 
 
-def _batch_decided(options: SinkOptions, sink_id: str, task: TaskInfo) -> bool:
+def _batch_decided(options: SinkOptions, sink_id: str, task: TaskInfo,
+                   transaction_timeout_ms: int) -> bool:
     """Whether the query's last commit intent is for the task's batch or a later one."""
     assert task.batch_id is not None
     try:
         intent = IntentStore(sink_pool.cluster(options.properties), options.properties,
-                             options.intent_topic_for(sink_id), sink_id).latest(task.query_id)
+                             options.intent_topic_for(sink_id), sink_id,
+                             transaction_timeout_ms).latest(task.query_id)
     except KafkaOptionError:
         raise
     except KafkaDsError:

@@ -25,7 +25,12 @@ from kafka_ds.protocol.txn_state import TransactionToken
 from kafka_ds.spark import sink_faults
 from kafka_ds.spark.options import KafkaOptionError
 from kafka_ds.spark.sink_commit import BatchCommit, query_id_from_checkpoint
-from kafka_ds.spark.sink_intent import CommitIntent, intent_for
+from kafka_ds.spark.sink_intent import (
+    CommitIntent,
+    IntentStore,
+    intent_for,
+    intent_transactional_id,
+)
 from kafka_ds.spark.sink_messages import (
     LostTransaction,
     SinkBatchAbortedError,
@@ -167,3 +172,18 @@ def test_a_batch_older_than_the_decided_intent_writes_nothing_and_says_so(
     assert len(warnings) == 1
     assert "batch 5 is older than batch 7" in warnings[0]
     assert "new checkpoint location" in warnings[0]
+
+
+@pytest.mark.parametrize(("sink_timeout_ms", "expected_ms"),
+                         [(None, 60_000), (20_000, 20_000), (900_000, 60_000)])
+def test_the_intent_transaction_times_out_within_the_sinks_own_timeout(
+        sink_timeout_ms: int | None, expected_ms: int) -> None:
+    """A dead driver's intent write holds readers back one minute at most, and never asks
+    for more than the sink's timeout (already checked against transaction.max.timeout.ms)."""
+    store = IntentStore(None, {"bootstrap.servers": "b:9092", "transactional.id": "user",  # type: ignore[arg-type]
+                               "transaction.timeout.ms": "1"}, "p.intent", "p",
+                        sink_timeout_ms)
+    props = store._producer_properties()
+    assert props["transaction.timeout.ms"] == str(expected_ms)
+    assert props["transactional.id"] == "p-intent" == intent_transactional_id("p")
+    assert props["acks"] == "all" and props["bootstrap.servers"] == "b:9092"
