@@ -1,11 +1,13 @@
-"""The exactly-once sink's commit intent against a real broker, with the writes that go wrong.
+"""The exactly-once sink's commit against a real broker, with the requests that go wrong.
 
 The intent is the commit point: once a reader has decided "no intent for batch B" and the
 batch's transactions were aborted, no earlier write of B's intent may become visible, or the
 restarted query rolls forward transactions that no longer exist (``SinkDataLossError``).
 These tests deliver the driver's last request late through the proxy (``hold_requests``,
 the bytes were on the wire when the driver gave up or died) or leave a write open, and read
-the topic with confluent-kafka as the oracle of what a read_committed reader sees.
+the topic with confluent-kafka as the oracle of what a read_committed reader sees. After the
+intent, every transaction of the batch must end committed, even if an EndTxn's answer is
+lost (``blackhole``).
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
-from integration.harness.proxy import END_TXN, ProxiedKafkaCluster
+from integration.harness.proxy import END_TXN, ProxiedKafkaCluster, swallowed
 from integration.producer_util import read_all, read_committed
 from kafka_ds.client.cluster import Cluster
 from kafka_ds.client.config import ClientConfig
 from kafka_ds.client.producer import Producer
 from kafka_ds.client.transactions import fence_transactional_id
 from kafka_ds.protocol.errors import KafkaTimeoutError
-from kafka_ds.spark import sink_pool, sink_task
+from kafka_ds.spark import sink_commit, sink_pool, sink_task
 from kafka_ds.spark.sink_commit import BatchCommit
 from kafka_ds.spark.sink_intent import (
     CommitIntent,
@@ -34,7 +36,7 @@ from kafka_ds.spark.sink_intent import (
     intent_transactional_id,
 )
 from kafka_ds.spark.sink_messages import SinkCommitMessage, TaskOutcome
-from kafka_ds.spark.sink_options import InputColumns, parse_sink_options
+from kafka_ds.spark.sink_options import InputColumns, SinkOptions, parse_sink_options
 
 
 @pytest.fixture
@@ -70,6 +72,37 @@ def _batches_seen(proxied: ProxiedKafkaCluster, topic: str, *, read_committed: b
                   ) -> list[int]:
     return [CommitIntent.from_json(record.value or b"", topic).batch_id
             for record in read_all(proxied.bootstrap(), topic, read_committed=read_committed)]
+
+
+def _prepare(options: SinkOptions, values: list[bytes], batch_id: int, run_id: str,
+             monkeypatch: pytest.MonkeyPatch) -> list[SinkCommitMessage]:
+    """Two tasks of a micro-batch write ``values`` (split in two) as Spark's would."""
+    messages = []
+    half = len(values) // 2
+    for partition, part in enumerate((values[:half], values[half:])):
+        task = sink_task.TaskInfo(partition_id=partition, attempt=0, batch_id=batch_id,
+                                  query_id="q", run_id=run_id, speculation=False)
+        monkeypatch.setattr(sink_task.TaskInfo, "current",
+                            classmethod(lambda cls, task=task: task))
+        messages.append(sink_task.write_task(
+            iter([pa.record_batch([pa.array(part)], names=["value"])]), options,
+            InputColumns(value="value"), None, 60_000))
+    return messages
+
+
+def _sink_options(proxied: ProxiedKafkaCluster, name: str) -> tuple[SinkOptions, str]:
+    """Options of an exactly-once sink through the proxy, and its new 2-partition topic."""
+    topic = f"{name}-{uuid.uuid4().hex[:8]}"
+    proxied.create_topic(topic, 2)
+    return parse_sink_options({"kafka.bootstrap.servers": proxied.proxy_bootstrap(),
+                               "topic": topic,
+                               "transactionalIdPrefix": f"{name}-{uuid.uuid4().hex[:8]}"}), topic
+
+
+def _close_pooled(options: SinkOptions) -> None:
+    for key in list(sink_pool._producers):
+        sink_pool._producers.pop(key).close(0)
+    sink_pool.discard_cluster(options.properties)
 
 
 def test_a_commit_of_an_intent_that_arrives_after_settle_is_refused(
@@ -179,30 +212,14 @@ def test_a_batch_whose_intent_write_was_given_up_on_is_written_once_after_a_rest
     tasks must write again and its commit must make every row visible exactly once. Before
     the intent had transactions of its own, the late intent made the replay skip its writes
     and roll forward the aborted transactions: SinkDataLossError, the batch's rows lost."""
-    topic = f"late-intent-{uuid.uuid4().hex[:8]}"
-    proxied.create_topic(topic, 2)
-    prefix = f"late-{uuid.uuid4().hex[:8]}"
-    options = parse_sink_options({"kafka.bootstrap.servers": proxied.proxy_bootstrap(),
-                                  "topic": topic, "transactionalIdPrefix": prefix})
+    options, topic = _sink_options(proxied, "late-intent")
     values = [b"row-%d" % i for i in range(400)]
     original_write = IntentStore.write
     monkeypatch.setattr(IntentStore, "write",  # the driver's 60 s, shortened for the test
                         lambda self, intent, timeout_ms=0: original_write(self, intent, 1_500))
 
-    def tasks(run_id: str) -> list[SinkCommitMessage]:
-        messages = []
-        for partition, part in enumerate((values[:250], values[250:])):
-            task = sink_task.TaskInfo(partition_id=partition, attempt=0, batch_id=0,
-                                      query_id="q", run_id=run_id, speculation=False)
-            monkeypatch.setattr(sink_task.TaskInfo, "current",
-                                classmethod(lambda cls, task=task: task))
-            messages.append(sink_task.write_task(
-                iter([pa.record_batch([pa.array(part)], names=["value"])]), options,
-                InputColumns(value="value"), None, 60_000))
-        return messages
-
     try:
-        first = tasks("run-1")
+        first = _prepare(options, values, 0, "run-1", monkeypatch)
         assert [m.outcome for m in first] == [TaskOutcome.PREPARED] * 2
         proxy = proxied.proxy
         before = proxy.snapshot()
@@ -216,12 +233,43 @@ def test_a_batch_whose_intent_write_was_given_up_on_is_written_once_after_a_rest
             time.sleep(0.2)
         assert proxy.since(before)["released_requests"] >= 1  # the late EndTxn got there
         time.sleep(2.0)
-        replay = tasks("run-2")
+        replay = _prepare(options, values, 0, "run-2", monkeypatch)
         assert [m.outcome for m in replay] == [TaskOutcome.PREPARED] * 2  # not skipped
         BatchCommit(options, replay, 0, None, 60_000).commit()
         records = read_committed(proxied.bootstrap(), topic, expect=len(values))
         assert sorted(r.value or b"" for r in records) == sorted(values)
     finally:
-        for key in list(sink_pool._producers):
-            sink_pool._producers.pop(key).close(0)
-        sink_pool.discard_cluster(options.properties)
+        _close_pooled(options)
+
+
+def test_a_commit_whose_coordinator_stops_answering_asks_again_and_commits_every_transaction(
+        proxied: ProxiedKafkaCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After batch 0's intent is written, the transaction coordinator answers no EndTxn for
+    4.5 s (the requests reach it; the answers are lost), longer than each try waits (3 s
+    here, 60 s in production). The batch is decided, so the driver must go on asking
+    rather than fail with part of it committed; asked again, the coordinator says each is
+    done (a retry of the same end), and every row is visible once."""
+    options, topic = _sink_options(proxied, "lost-end")
+    values = [b"row-%d" % i for i in range(400)]
+    proxy = proxied.proxy
+    monkeypatch.setattr(sink_commit, "_TIMEOUT_MS", 3_000)  # each try waits 3 s, not 60
+    armed_at: list[dict[str, int]] = []
+    original_fault_point = sink_commit.fault_point
+
+    def arm_after_intent(point: str, **details: object) -> None:
+        if point == "commit:after-intent":
+            armed_at.append(proxy.snapshot())
+            proxy.blackhole(4.5, {END_TXN})
+        original_fault_point(point, **details)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sink_commit, "fault_point", arm_after_intent)
+    try:
+        first = _prepare(options, values, 0, "run-1", monkeypatch)
+        BatchCommit(options, first, 0, None, 60_000).commit()
+        assert len(armed_at) == 1
+        assert proxy.since(armed_at[0])[swallowed(END_TXN)] >= 2  # answers lost, both tries
+        records = read_committed(proxied.bootstrap(), topic, expect=len(values))
+        assert sorted(r.value or b"" for r in records) == sorted(values)
+        assert len(records) == len(values)
+    finally:
+        _close_pooled(options)
