@@ -187,6 +187,7 @@ class IntentStore:
         """
         started = time.monotonic()
         settled = False
+        pause_s = 0.001  # markers land ~3 ms after a commit: look again soon, then less often
         while True:
             stable = latest_offsets(self.cluster, [tp], timeout_ms=timeout_ms,
                                     isolation_level=IsolationLevel.READ_COMMITTED)[tp]
@@ -207,7 +208,8 @@ class IntentStore:
                     f"{timeout_ms} ms after its intent writes were settled: another "
                     "transactional producer writes to it; it must be dedicated to one sink "
                     "(option intentTopic)")
-            time.sleep(0.1 if settled else 0.02)
+            time.sleep(pause_s)
+            pause_s = min(pause_s * 2, 0.1)
 
     def _last_committed_record(self, tp: TopicPartition, stable: int, timeout_ms: int
                                ) -> Any:
