@@ -28,8 +28,8 @@ read back from Kafka, so a driver that died and came back decides the same. Exac
     abort(B):
       first settle the intent's transactional id (sink_intent): an intent write commit()
           gave up on cannot land later
-      the intent of B exists -> the commit was decided: leave its transactions to the
-          roll-forward of the replay (aborting them would lose part of a decided batch)
+      the intent of B exists -> the commit was decided: commit its transactions now (the
+          replay's roll-forward finds them done; aborting them would lose a decided batch)
       otherwise EndTxn(abort) for the prepared ones, InitProducerId on the ids of failed
           tasks, and the lingering cleanup of step 4
 
@@ -351,9 +351,8 @@ class BatchCommit:
             previous = store.latest(self.query_id) if store is not None else None
             if previous is not None and self.batch_id is not None and \
                     previous.batch_id >= self.batch_id:
-                log.warning("pykafka sink %s: batch %d failed after its commit was decided; "
-                            "its transactions are committed when the query restarts",
-                            self.sink_id, self.batch_id)
+                if previous.batch_id == self.batch_id:
+                    self._finish_decided(cluster, previous)
                 return
             if not failed and not self.streaming:
                 return  # commit() failed, and already ended what it could
@@ -362,6 +361,23 @@ class BatchCommit:
                 self._fence(cluster, f"{self.sink_id}-{index}")
             self.abort_lingering(cluster, previous)
         log.info("pykafka sink %s: aborted %s", self.sink_id, self._what())
+
+    def _finish_decided(self, cluster: Cluster, intent: CommitIntent) -> None:
+        """abort() of a batch whose intent exists (commit() failed after writing it, or the
+        settle completed the write it gave up on): commit what the intent records now,
+        rather than leave it to a restart that may come after transaction.timeout.ms, when
+        the coordinator has aborted it."""
+        try:
+            self._commit_all(cluster, list(intent.transactions), None)
+        except KafkaDsError as exc:
+            log.error("pykafka sink %s: batch %d failed after its commit was decided, and "
+                      "committing its %d transaction(s) failed too (the restarted query "
+                      "tries again): %s", self.sink_id, intent.batch_id,
+                      len(intent.transactions), exc)
+            return
+        log.warning("pykafka sink %s: batch %d failed after its commit was decided; its %d "
+                    "transaction(s) are committed (the restarted query writes nothing for it)",
+                    self.sink_id, intent.batch_id, len(intent.transactions))
 
     def abort_lingering(self, cluster: Cluster, previous: CommitIntent | None) -> None:
         """Abort every transaction still open under the sink's prefix: at this point no task

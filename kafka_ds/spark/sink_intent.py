@@ -49,13 +49,8 @@ from kafka_ds.client.fetch_config import FetchConfig
 from kafka_ds.client.fetcher import Fetcher
 from kafka_ds.client.offsets import earliest_offsets, latest_offsets
 from kafka_ds.client.transactions import fence_transactional_id
-from kafka_ds.protocol.errors import KafkaTimeoutError
-from kafka_ds.protocol.txn_state import (
-    ProducerFencedError,
-    TransactionAbortableError,
-    TransactionToken,
-    TxnState,
-)
+from kafka_ds.protocol.errors import DataLossError, KafkaTimeoutError
+from kafka_ds.protocol.txn_state import TransactionToken
 from kafka_ds.protocol.types import IsolationLevel, TopicPartition
 from kafka_ds.spark import sink_pool
 from kafka_ds.spark.options import KafkaOptionError
@@ -217,9 +212,10 @@ class IntentStore:
         holds only markers and aborted writes; None if the partition has none."""
         if stable == 0:
             return None
+        # A few records: no session, whose close would cost a round trip.
         fetcher = Fetcher(self.cluster, FetchConfig(
             isolation_level=IsolationLevel.READ_COMMITTED, fetch_timeout_ms=timeout_ms),
-            use_sessions=False)  # a few records: a session would cost a round trip to close
+            use_sessions=False)
         window = _FIRST_WINDOW
         first: int | None = None
         high = stable
@@ -231,7 +227,16 @@ class IntentStore:
                 low = max(low, first)
             if low >= high:
                 return None
-            records = [record for _, record in fetcher.read_records([(tp.topic, 0, low, high)])]
+            try:
+                records = [record for _, record in
+                           fetcher.read_records([(tp.topic, 0, low, high)])]
+            except DataLossError:
+                if first is not None:
+                    raise
+                # The window reaches below the log start (DeleteRecords, or retention on an
+                # operator's compact,delete topic): that is no loss, start there instead.
+                first = earliest_offsets(self.cluster, [tp], timeout_ms=timeout_ms)[tp]
+                continue
             if records:
                 return records[-1]
             if first is not None and low <= first:
@@ -256,34 +261,24 @@ class IntentStore:
         """Commit ``intent`` in a transaction of its own; return once every in-sync replica
         has it (acks=all).
 
-        A producer kept from an earlier batch may have been fenced since (a reader settled
-        an open write, or ``abort`` did, in another worker): its write fails before
-        anything is committed, so it is retried once with a new producer.
+        Every write starts with InitProducerId (one round trip), even on the producer kept
+        from the last batch: that producer may have been fenced since (``abort`` or a reader
+        settled the id in another worker), and a zombie driver's write is fenced by it. A
+        write that fails after that is not retried: a fence in the middle of it means
+        someone settled the id, and may have decided on "no intent" already.
         """
         self._ensure_topic(timeout_ms)
         props = self._producer_properties()
-        for attempt in (1, 2):
-            producer = sink_pool.producer(props)  # the commit worker keeps it for later batches
-            try:
-                if producer.transaction_state is TxnState.UNINITIALIZED:
-                    producer.init_transactions(timeout_ms)
-                producer.begin_transaction()
-                producer.send(self.topic, intent.to_json(), key=self.sink_id.encode("utf-8"),
-                              partition=0)
-                producer.commit_transaction(timeout_ms)
-                return
-            except (ProducerFencedError, TransactionAbortableError) as exc:
-                # Either way this attempt's transaction cannot commit (a fenced Produce is
-                # refused with INVALID_PRODUCER_EPOCH, which leaves it abortable).
-                sink_pool.discard_producer(props)
-                if attempt == 2:
-                    raise
-                log.info("pykafka sink %s: the kept intent producer was fenced (%s); writing "
-                         "the intent of batch %d with a new one", self.sink_id, exc,
-                         intent.batch_id)
-            except BaseException:
-                sink_pool.discard_producer(props)
-                raise
+        producer = sink_pool.producer(props)  # the commit worker keeps it for later batches
+        try:
+            producer.init_transactions(timeout_ms)
+            producer.begin_transaction()
+            producer.send(self.topic, intent.to_json(), key=self.sink_id.encode("utf-8"),
+                          partition=0)
+            producer.commit_transaction(timeout_ms)
+        except BaseException:
+            sink_pool.discard_producer(props)
+            raise
 
     def _producer_properties(self) -> dict[str, str]:
         props = {key: value for key, value in self.properties.items()
