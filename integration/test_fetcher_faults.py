@@ -284,6 +284,64 @@ def test_a_topic_deleted_mid_read_is_data_loss(kafka: KafkaCluster,
     assert offsets == list(range(len(offsets))) and len(offsets) < 3_000
 
 
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_range_past_the_end_of_the_log_is_data_loss_not_a_timeout(
+        kafka: KafkaCluster, topic_factory: Callable[..., str], fail_on_data_loss: bool) -> None:
+    """The range ends at 60, the log at 50 (truncated by an unclean election, or an end
+    offset beyond latest): after fetch.timeout.ms without progress, the read reports data
+    loss at offset 50 (failing, or skipping to the range's end), as the JVM connector does
+    after its poll timeout, instead of a timeout that every retry of the task repeats."""
+    topic = topic_factory()
+    produce_values(kafka, topic, 50)
+    props = {**kafka_ds_properties(kafka), "fetch.timeout.ms": "2000",
+             "fail.on.data.loss": str(fail_on_data_loss).lower()}
+    with Fetcher.from_properties(props) as fetcher:
+        got: list[Any] = []
+        batches = fetcher.read_arrow([(topic, 0, 0, 60)], include_headers=True)
+        if fail_on_data_loss:
+            with pytest.raises(DataLossError) as caught:
+                for batch in batches:  # the rows before the loss come out first
+                    got.append(batch)
+            assert caught.value.requested_offset == 50 and caught.value.available_offset == 50
+            assert "the log ends at 50, below the range's end 60" in str(caught.value)
+        else:
+            got += list(batches)
+            assert fetcher.metrics.offsets_skipped == 10
+        assert fetcher.metrics.data_loss_incidents == 1
+    assert arrow_rows(got) == confluent_rows(kafka, topic, 0, 0, 50)
+
+
+def test_a_kept_fetcher_reads_a_topic_recreated_between_its_reads(
+        kafka: KafkaCluster, topic_factory: Callable[..., str]) -> None:
+    """A fetcher kept between reads (as the Spark source's executor pool keeps them) caches
+    the topic's id. The topic is deleted and recreated with other records; the next read,
+    planned on the new topic, must return the new topic's records (as confluent-kafka reads
+    them), not report the cached id's topic as deleted and skip what exists."""
+    topic = topic_factory()
+    produce_values(kafka, topic, 50)
+    props = {**kafka_ds_properties(kafka), "fetch.timeout.ms": "30000"}
+    with Fetcher.from_properties(props, keep_sessions=True) as fetcher, \
+            Admin.from_properties({"bootstrap.servers": kafka.bootstrap()}) as admin:
+        first = arrow_rows(list(fetcher.read_arrow([(topic, 0, 0, 50)])))
+        assert len(first) == 50
+        admin.delete_topics([topic])
+        deadline = time.monotonic() + 30
+        while True:  # the deletion takes a moment to finish before the name is free again
+            try:
+                kafka.create_topic(topic, 1)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        produce_values(kafka, topic, 30, value_bytes=40)
+        again = arrow_rows(list(fetcher.read_arrow([(topic, 0, 0, 30)],
+                                                      include_headers=True)))
+        assert fetcher.metrics.data_loss_incidents == 0
+    assert again == confluent_rows(kafka, topic, 0, 0, 30)
+    assert [len(row["value"]) for row in again] == [40] * 30  # the new records, not the old
+
+
 # --- Fetch and Metadata replies cut mid-way or lost (the fault proxy) ------------------------
 
 def test_fetch_replies_cut_mid_way_or_lost_cost_nothing(proxied_kafka: Any,

@@ -213,6 +213,33 @@ def test_records_deleted_before_they_are_read(spark: Any, kafka: KafkaCluster,
             assert f"{topic}-0" in str(info.value) and "failOnDataLoss" in str(info.value)
 
 
+@pytest.mark.parametrize("fail_on_data_loss", [False, True])
+def test_an_ending_offset_beyond_the_log_end(spark: Any, kafka: KafkaCluster,
+                                             topic_factory: Any,
+                                             fail_on_data_loss: bool) -> None:
+    """endingOffsets names offset 60 of a partition whose log ends at 50 (the same as a log
+    truncated under a planned range). After the poll timeout both connectors report data
+    loss: the rows that exist and nothing else with failOnDataLoss=false, a failure that
+    names the partition otherwise (ours used to time out either way)."""
+    topic = topic_factory(partitions=1)
+    produce(kafka, topic, [{"value": b"r%d" % i} for i in range(50)])
+    options = reader_options(kafka, subscribe=topic,
+                             endingOffsets=json.dumps({topic: {"0": 60}}),
+                             failOnDataLoss=str(fail_on_data_loss).lower(),
+                             **{"kafkaConsumer.pollTimeoutMs": "3000"})
+    if not fail_on_data_loss:
+        ours = read_batch(spark, "pykafka", options)
+        assert_same(ours, read_batch(spark, "kafka", options))
+        assert [row.offset for row in ours.select("offset").collect()] == list(range(50))
+        return
+    for fmt in ("kafka", "pykafka"):
+        with pytest.raises(Exception) as info:
+            read_batch(spark, fmt, options).collect()
+        if fmt == "pykafka":
+            assert "KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE" in str(info.value)
+            assert f"{topic}-0" in str(info.value) and "the log ends at 50" in str(info.value)
+
+
 def test_nothing_to_read(spark: Any, kafka: KafkaCluster, topic: str) -> None:
     # an empty topic, and a pattern that matches no topic: empty results, no error
     for options in (reader_options(kafka, subscribe=topic),

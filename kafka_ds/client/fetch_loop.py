@@ -257,6 +257,8 @@ class FetchLoop:
             if part.done or part.retry_at_ms > now_ms:
                 continue
             if now_ms - part.last_progress_ms > self.config.fetch_timeout_ms:
+                if self._ends_below(part):
+                    continue  # data loss: failed or skipped, as fail.on.data.loss says
                 raise stalled_error(part, self.config)
             if part.preferred_node >= 0 and now_ms >= part.preferred_until_ms:
                 part.node_id = -1  # the preferred replica's lease ran out: ask the leader
@@ -478,6 +480,7 @@ class FetchLoop:
     def _on_partition(self, part: PartitionRead, data: PartitionData, now_ms: int) -> None:
         code = data.error_code
         if code == ErrorCode.NONE:
+            part.id_confirmed = True
             part.high_watermark = data.high_watermark
             part.last_stable_offset = data.last_stable_offset
             part.log_start_offset = data.log_start_offset
@@ -595,7 +598,15 @@ class FetchLoop:
         except (NetworkError, KafkaTimeoutError) as exc:
             self._retry_later(part, exc, self.clock.monotonic_ms())
             return False
-        if part.topic_id != ZERO_UUID and info.topic_id != part.topic_id:
+        if part.topic_id != ZERO_UUID and info.topic_id != part.topic_id and \
+                not part.id_confirmed and part.position == part.start:
+            # The id came from metadata cached before this read (a connection kept between
+            # reads) and no broker has accepted it: the topic was recreated before the range
+            # was planned. Read the topic that has the name now, as the JVM connector would
+            # (it reads by name); the range's offsets are checked against it as any others.
+            log.info("%s: topic %s was recreated (id %s, cached %s); reading the new one",
+                     part.tp, part.tp.topic, info.topic_id, part.topic_id)
+        elif part.topic_id != ZERO_UUID and info.topic_id != part.topic_id:
             self._data_loss(part, TopicDeletedError(
                 part.tp.topic, part.tp.partition, part.position,
                 reason="the topic was deleted and recreated"), part.end)
@@ -619,6 +630,28 @@ class FetchLoop:
         part.leader_epoch = partition.leader_epoch
         part.node_id = read_replica.select(part, partition.leader_id, now_ms, self.cluster,
                                            self.metrics)
+        return True
+
+    def _ends_below(self, part: PartitionRead) -> bool:
+        """A partition that made no progress for ``fetch.timeout.ms`` because its log ends
+        below the range (truncated by an unclean leader election, or an end offset given
+        beyond latest): the offsets it waits for do not exist. Data loss, as the JVM
+        connector says after its poll timeout, rather than a timeout that retrying repeats.
+        """
+        if part.high_watermark < 0 or part.position < part.high_watermark:
+            return False  # records exist past the position: a real stall
+        tp = part.tp
+        lookup_ms = min(self.client.config.request_timeout_ms, self.config.fetch_timeout_ms)
+        try:
+            latest = offset_lookup.latest_offsets(self.cluster, [tp], timeout_ms=lookup_ms)[tp]
+        except (NetworkError, KafkaTimeoutError, BrokerError):
+            return False
+        if part.position < latest:
+            return False
+        self._data_loss(part, DataLossError(
+            tp.topic, tp.partition, part.position, latest,
+            f"the log ends at {latest}, below the range's end {part.end} (truncated, or an "
+            "end offset beyond the latest one)"), part.end)
         return True
 
     def _out_of_range(self, part: PartitionRead) -> None:

@@ -84,6 +84,7 @@ class PartitionRead:
     log_start_offset: int = -1
     last_error: str | None = None
     seen_topic: bool = False  # located through metadata at least once in this read
+    id_confirmed: bool = False  # a Fetch answered NONE for ``topic_id`` in this read
     topic_unknown: bool = False  # the last lookup found no such topic (retried)
     done: bool = False
 

@@ -117,8 +117,8 @@ class DataLossError(KafkaDsError):
         self.reason = reason
         self.hint = hint  # what the caller can change, e.g. the option that skips instead
         super().__init__(
-            f"data loss in {topic}-{partition}: requested offset {requested_offset}, "
-            f"but the log now starts at {available_offset} ({reason})"
+            f"data loss in {topic}-{partition}: requested offset {requested_offset} is not "
+            f"in the log ({reason})"
             + (f". {hint}" if hint else "")
         )
 

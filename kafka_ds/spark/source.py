@@ -169,7 +169,7 @@ def read_partition(properties: Mapping[str, str], include_headers: bool, pool_ca
                 TopicPartition(exc.topic, exc.partition), exc.requested_offset,
                 next((r.end for r in partition.ranges
                       if (r.topic, r.partition) == (exc.topic, exc.partition)), -1),
-                f"{exc.reason} (the log now starts at {exc.available_offset}). Set the "
+                f"{exc.reason}. Set the "
                 "source option failOnDataLoss to false to skip missing offsets instead"
             ) from exc
     if freeze_gc:
