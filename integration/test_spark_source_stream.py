@@ -308,6 +308,34 @@ def test_deleted_topic_goes_through_fail_on_data_loss(
     assert_same(spark.table(queries["pykafka"][1]), spark.table(queries["kafka"][1]))
 
 
+def test_a_subscribed_topic_deleted_mid_query_fails_the_query_as_the_jvm_connectors(
+        spark: Any, kafka: KafkaCluster,
+        both_streams: Callable[[dict[str, str]], dict[str, tuple[Any, str]]]) -> None:
+    """``subscribe`` names its topics: one deleted while the query runs is not dropped as
+    "partitions deleted" (with failOnDataLoss=false that would go on without it, then read
+    it all again from earliest once a broker lists it again). Both connectors fail the
+    query after their lookup retries; ours names the topic and the option."""
+    run = uuid.uuid4().hex[:6]
+    kept, doomed = f"gone-{run}-kept", f"gone-{run}-doomed"
+    for topic in (kept, doomed):
+        kafka.create_topic(topic, 2)
+        produce_values(kafka, topic, 20)
+    queries = both_streams(reader_options(kafka, subscribe=f"{kept},{doomed}",
+                                          startingOffsets="earliest", failOnDataLoss="false",
+                                          **{"fetchOffset.retryIntervalMs": "200"}))
+    for query, name in queries.values():
+        wait_for_rows(spark, query, name, 40)
+    with Admin.from_properties({"bootstrap.servers": kafka.bootstrap()}) as admin:
+        admin.delete_topics([doomed])
+    produce_values(kafka, kept, 10, partition=1)
+    for fmt, (query, _) in queries.items():
+        wait_until(lambda q=query: q.exception() is not None, 120, f"{fmt} to fail")
+    ours = str(queries["pykafka"][0].exception())
+    assert f"'{doomed}'" in ours and "no longer exist" in ours and "'subscribe'" in ours
+    assert doomed in str(queries["kafka"][0].exception()) or "UnknownTopicOrPartition" in str(
+        queries["kafka"][0].exception())
+
+
 def test_a_topic_that_never_existed_is_named(spark: Any, kafka: KafkaCluster,
                                              topic: str) -> None:
     missing = f"no-such-topic-{uuid.uuid4().hex[:6]}"

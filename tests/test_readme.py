@@ -195,9 +195,16 @@ def _topic_not_found() -> str:
     return str(TopicNotFoundError(["orders"], "subscribe"))
 
 
+def _topic_gone() -> str:
+    from kafka_ds.spark.errors import TopicGoneError
+
+    return str(TopicGoneError(["orders"], "subscribe"))
+
+
 TROUBLES.update({
     "Save mode Overwrite not allowed for Kafka": _overwrite_error,
     "topic 'orders' named by option 'subscribe' does not exist on the cluster": _topic_not_found,
+    "topic 'orders' named by option 'subscribe' no longer exists on the cluster": _topic_gone,
     "data loss in the pykafka sink 'pykafka-<queryId>', batch 12: 1 transaction(s) holding 500 "
     "records were aborted by Kafka before they could be committed": _sink_data_loss,
     "[KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE] Could not read records in offset "

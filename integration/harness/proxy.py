@@ -388,12 +388,15 @@ class KafkaProxy:
             self._close(link)
 
     def reset(self) -> None:
-        """Disarm every fault (counters and ``produced`` stay: use ``snapshot``)."""
+        """Disarm every fault (counters and ``produced`` stay: use ``snapshot``). Held
+        requests go upstream now rather than during the next test."""
         with self._lock:
             for rules in self._rules.values():
                 rules.clear()
             self._blackhole_until = 0.0
             self._delay_s = 0.0
+            for link in self._links:
+                link.release_at = 0.0
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:

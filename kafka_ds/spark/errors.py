@@ -48,6 +48,29 @@ class KafkaDataLossError(KafkaSourceError):
         super().__init__(error_class, message)
 
 
+class TopicGoneError(KafkaDsError):
+    """A topic named by ``subscribe`` or ``assign`` that the query read is missing from the
+    cluster's metadata. Retried as any lookup (a broker that restarted a moment ago can still
+    answer without it); if it stays missing, the query fails, as the JVM connector's does
+    (its describeTopics raises UnknownTopicOrPartitionException)."""
+
+    def __init__(self, topics: Iterable[str], option: str) -> None:
+        self.topics = sorted(topics)
+        self.option = option
+        names = ", ".join(repr(t) for t in self.topics)
+        plural = "topics" if len(self.topics) > 1 else "topic"
+        verb = "exist" if len(self.topics) > 1 else "exists"
+        super().__init__(
+            f"{plural} {names} named by option '{option}' no longer {verb} on the cluster "
+            "(deleted, or not yet known to the broker that answered): recreate it, or remove "
+            f"it from option '{option}' and restart the query (its checkpoint then reports "
+            "the topic's partitions as deleted: set failOnDataLoss=false to go on without "
+            "them)")
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.topics, self.option))
+
+
 class TopicNotFoundError(KafkaOptionError):
     """A topic named by ``subscribe`` or ``assign`` does not exist on the cluster."""
 

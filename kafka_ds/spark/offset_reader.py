@@ -8,7 +8,8 @@ for the life of the query (opened on first use, closed by ``close``). It never r
   ``Matcher.find``), ``assign`` the named partitions that exist. A topic named by ``subscribe``
   or ``assign`` that the cluster does not have is reported by ``missing_topics``, so that the
   source can say "does not exist" at query start instead of failing later with a misleading
-  data-loss error.
+  data-loss error. One that goes missing later fails the lookup (``TopicGoneError``, retried
+  as any lookup), as the JVM connector's describeTopics does, rather than being left out.
 * Offsets: ListOffsets at the configured ``kafka.isolation.level``, so that under
   read_committed "latest" is the last stable offset and no batch plans past an open
   transaction.
@@ -37,7 +38,11 @@ from kafka_ds.protocol.errors import (
     KafkaDsError,
 )
 from kafka_ds.protocol.types import TopicPartition
-from kafka_ds.spark.errors import TopicNotFoundError, start_offsets_do_not_match
+from kafka_ds.spark.errors import (
+    TopicGoneError,
+    TopicNotFoundError,
+    start_offsets_do_not_match,
+)
 from kafka_ds.spark.offsets_json import EARLIEST, LATEST, OffsetMap
 from kafka_ds.spark.options import KafkaOptionError
 from kafka_ds.spark.source_options import (
@@ -112,7 +117,14 @@ class OffsetReader:
                           for p in info.partitions)
         names = self._named_topics()
         cluster.refresh(names)
-        found = [cluster.topics[name] for name in names if name in cluster.topics]
+        gone = [name for name in names if name not in cluster.topics]
+        if gone:
+            # Leaving it out would read as "its partitions were deleted": with
+            # failOnDataLoss=false the query would go on without it, and read it all again
+            # from earliest once a broker lists it again.
+            self._raise_if_denied(gone)
+            raise TopicGoneError(gone, "subscribe" if strategy == SUBSCRIBE else "assign")
+        found = [cluster.topics[name] for name in names]
         partitions = sorted(TopicPartition(info.name, p) for info in found
                             if not info.is_internal for p in info.partitions)
         if strategy == ASSIGN:

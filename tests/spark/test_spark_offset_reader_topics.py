@@ -60,3 +60,14 @@ def test_a_missing_topic_is_still_reported_as_missing() -> None:
     reader, _ = _reader("present,gone", {"gone": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
     with pytest.raises(TopicNotFoundError, match="'gone'"):
         reader.check_topics_exist()
+
+
+def test_a_topic_denied_after_the_query_started_is_an_authorization_error() -> None:
+    """Later lookups (latest offsets, partitions) do not drop a denied topic as if its
+    partitions had been deleted: they say it is denied, at once (an ACL does not change by
+    asking again)."""
+    reader, view = _reader("secret", {"secret": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+    with pytest.raises(TopicAuthorizationError) as caught:
+        reader.partitions()
+    assert caught.value.topic == "secret"
+    assert view.refreshes == 1
