@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -26,12 +26,6 @@ BUFFER_MEMORY_BYTES = 64 * 1024
 BATCH_BYTES = 16 * 1024
 MAX_BLOCK_MS = 1500
 VALUE = b"v" * 1000
-
-
-@pytest.fixture
-def proxied(proxied_kafka: ProxiedKafkaCluster) -> Iterator[ProxiedKafkaCluster]:
-    yield proxied_kafka
-    proxied_kafka.proxy.reset()
 
 
 def _send_one(producer: Producer, topic: str, i: int) -> Any:

@@ -35,13 +35,6 @@ from kafka_ds.protocol.txn_state import (
 )
 
 
-@pytest.fixture
-def proxied(proxied_kafka: ProxiedKafkaCluster) -> Iterator[ProxiedKafkaCluster]:
-    """The shared proxied broker; faults this test armed and did not use are disarmed."""
-    yield proxied_kafka
-    proxied_kafka.proxy.reset()
-
-
 def _topic(cluster: ProxiedKafkaCluster, partitions: int) -> str:
     name = f"faults-{uuid.uuid4().hex[:10]}"
     cluster.create_topic(name, partitions)

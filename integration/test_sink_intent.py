@@ -43,12 +43,6 @@ from kafka_ds.spark.sink_options import InputColumns, SinkOptions, parse_sink_op
 
 
 @pytest.fixture
-def proxied(proxied_kafka: ProxiedKafkaCluster) -> Iterator[ProxiedKafkaCluster]:
-    yield proxied_kafka
-    proxied_kafka.proxy.reset()
-
-
-@pytest.fixture
 def patient_readers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Readers wait a minute before settling an open intent write themselves, so that a
     test passes only if the settle it means to test (abort's, or an explicit one) ran."""

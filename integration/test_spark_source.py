@@ -188,6 +188,23 @@ def test_timestamp_options_equal_jvm(spark: Any, kafka: KafkaCluster,
     assert 0 < ours.count() < 600
 
 
+def _same_data_loss(spark: Any, options: dict[str, str], fail_on_data_loss: bool,
+                    offsets: list[int], needles: list[str]) -> None:
+    """A batch read that meets missing offsets: with failOnDataLoss=false both connectors
+    return the same rows (at ``offsets``); otherwise both fail, ours naming ``needles``."""
+    if not fail_on_data_loss:
+        ours = read_batch(spark, "pykafka", options)
+        assert_same(ours, read_batch(spark, "kafka", options))
+        assert [row.offset for row in ours.select("offset").collect()] == offsets
+        return
+    for fmt in ("kafka", "pykafka"):
+        with pytest.raises(Exception) as info:
+            read_batch(spark, fmt, options).collect()
+        if fmt == "pykafka":
+            assert "KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE" in str(info.value)
+            assert all(needle in str(info.value) for needle in needles), str(info.value)
+
+
 @pytest.mark.parametrize("fail_on_data_loss", [False, True])
 def test_records_deleted_before_they_are_read(spark: Any, kafka: KafkaCluster,
                                               topic_factory: Any,
@@ -200,17 +217,8 @@ def test_records_deleted_before_they_are_read(spark: Any, kafka: KafkaCluster,
     options = reader_options(kafka, subscribe=topic,
                              startingOffsets=json.dumps({topic: {"0": 10}}),
                              failOnDataLoss=str(fail_on_data_loss).lower())
-    if not fail_on_data_loss:
-        ours = read_batch(spark, "pykafka", options)
-        assert_same(ours, read_batch(spark, "kafka", options))
-        assert [row.offset for row in ours.select("offset").collect()] == list(range(40, 100))
-        return
-    for fmt in ("kafka", "pykafka"):
-        with pytest.raises(Exception) as info:
-            read_batch(spark, fmt, options).collect()
-        if fmt == "pykafka":
-            assert "KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE" in str(info.value)
-            assert f"{topic}-0" in str(info.value) and "failOnDataLoss" in str(info.value)
+    _same_data_loss(spark, options, fail_on_data_loss, list(range(40, 100)),
+                    [f"{topic}-0", "failOnDataLoss"])
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [False, True])
@@ -227,17 +235,8 @@ def test_an_ending_offset_beyond_the_log_end(spark: Any, kafka: KafkaCluster,
                              endingOffsets=json.dumps({topic: {"0": 60}}),
                              failOnDataLoss=str(fail_on_data_loss).lower(),
                              **{"kafkaConsumer.pollTimeoutMs": "3000"})
-    if not fail_on_data_loss:
-        ours = read_batch(spark, "pykafka", options)
-        assert_same(ours, read_batch(spark, "kafka", options))
-        assert [row.offset for row in ours.select("offset").collect()] == list(range(50))
-        return
-    for fmt in ("kafka", "pykafka"):
-        with pytest.raises(Exception) as info:
-            read_batch(spark, fmt, options).collect()
-        if fmt == "pykafka":
-            assert "KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE" in str(info.value)
-            assert f"{topic}-0" in str(info.value) and "the log ends at 50" in str(info.value)
+    _same_data_loss(spark, options, fail_on_data_loss, list(range(50)),
+                    [f"{topic}-0", "the log ends at 50"])
 
 
 def test_nothing_to_read(spark: Any, kafka: KafkaCluster, topic: str) -> None:

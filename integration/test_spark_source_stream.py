@@ -277,15 +277,22 @@ def test_new_partitions_and_pattern_topics_are_discovered(
         (first, 0), (first, 2), (second, 1)}
 
 
+def _kept_and_doomed(kafka: KafkaCluster, prefix: str) -> tuple[str, str, str]:
+    """A run id and two new topics of it (2 partitions, 20 records each): one to keep, one
+    a test deletes."""
+    run = uuid.uuid4().hex[:6]
+    kept, doomed = f"{prefix}-{run}-kept", f"{prefix}-{run}-doomed"
+    for topic in (kept, doomed):
+        kafka.create_topic(topic, 2)
+        produce_values(kafka, topic, 20)
+    return run, kept, doomed
+
+
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
 def test_deleted_topic_goes_through_fail_on_data_loss(
         spark: Any, kafka: KafkaCluster, fail_on_data_loss: bool,
         both_streams: Callable[[dict[str, str]], dict[str, tuple[Any, str]]]) -> None:
-    run = uuid.uuid4().hex[:6]
-    kept, doomed = f"del-{run}-kept", f"del-{run}-doomed"
-    for topic in (kept, doomed):
-        kafka.create_topic(topic, 2)
-        produce_values(kafka, topic, 20)
+    run, kept, doomed = _kept_and_doomed(kafka, "del")
     queries = both_streams(reader_options(kafka, subscribePattern=f"del-{run}-.*",
                                           startingOffsets="earliest",
                                           failOnDataLoss=str(fail_on_data_loss).lower()))
@@ -315,11 +322,7 @@ def test_a_subscribed_topic_deleted_mid_query_fails_the_query_as_the_jvm_connect
     "partitions deleted" (with failOnDataLoss=false that would go on without it, then read
     it all again from earliest once a broker lists it again). Both connectors fail the
     query after their lookup retries; ours names the topic and the option."""
-    run = uuid.uuid4().hex[:6]
-    kept, doomed = f"gone-{run}-kept", f"gone-{run}-doomed"
-    for topic in (kept, doomed):
-        kafka.create_topic(topic, 2)
-        produce_values(kafka, topic, 20)
+    _, kept, doomed = _kept_and_doomed(kafka, "gone")
     queries = both_streams(reader_options(kafka, subscribe=f"{kept},{doomed}",
                                           startingOffsets="earliest", failOnDataLoss="false",
                                           **{"fetchOffset.retryIntervalMs": "200"}))

@@ -12,6 +12,7 @@ conftest.py. Fixtures (clusters and Spark start lazily, on first use, once per r
   marked ``cluster`` automatically).
 * ``proxied_kafka`` -> ProxiedKafkaCluster: one node whose clients (bootstrapping from
   ``proxy_bootstrap()``) go through a fault-injecting ``KafkaProxy``; session-scoped.
+* ``proxied`` -> the same, for one test: its proxy is reset when the test ends.
 * ``spark`` -> SparkSession: one per run, with Spark's JVM Kafka connector on spark.jars
   (tests using it are marked ``spark`` automatically).
 * ``topic_factory`` -> ``make(partitions=1, replication_factor=1, config=None,
@@ -115,6 +116,14 @@ def proxied_kafka(kafka_version: str) -> Iterator[Any]:
 
     with ProxiedKafkaCluster(nodes=1, version=kafka_version) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def proxied(proxied_kafka: Any) -> Iterator[Any]:
+    """The shared proxied broker; faults the test armed and did not use are disarmed (and
+    requests it held go upstream) when it ends."""
+    yield proxied_kafka
+    proxied_kafka.proxy.reset()
 
 
 @pytest.fixture(scope="session")

@@ -48,6 +48,11 @@ class KafkaDataLossError(KafkaSourceError):
         super().__init__(error_class, message)
 
 
+def _named(topics: list[str]) -> tuple[str, bool]:
+    """``'a', 'b'`` and whether there are several, for "topic(s) ... named by option"."""
+    return ", ".join(repr(t) for t in topics), len(topics) > 1
+
+
 class TopicGoneError(KafkaDsError):
     """A topic named by ``subscribe`` or ``assign`` that the query read is missing from the
     cluster's metadata. Retried as any lookup (a broker that restarted a moment ago can still
@@ -57,15 +62,13 @@ class TopicGoneError(KafkaDsError):
     def __init__(self, topics: Iterable[str], option: str) -> None:
         self.topics = sorted(topics)
         self.option = option
-        names = ", ".join(repr(t) for t in self.topics)
-        plural = "topics" if len(self.topics) > 1 else "topic"
-        verb = "exist" if len(self.topics) > 1 else "exists"
+        names, several = _named(self.topics)
         super().__init__(
-            f"{plural} {names} named by option '{option}' no longer {verb} on the cluster "
-            "(deleted, or not yet known to the broker that answered): recreate it, or remove "
-            f"it from option '{option}' and restart the query (its checkpoint then reports "
-            "the topic's partitions as deleted: set failOnDataLoss=false to go on without "
-            "them)")
+            f"{'topics' if several else 'topic'} {names} named by option '{option}' no longer "
+            f"{'exist' if several else 'exists'} on the cluster (deleted, or not yet known to "
+            "the broker that answered): recreate it, or remove it from option "
+            f"'{option}' and restart the query (its checkpoint then reports the topic's "
+            "partitions as deleted: set failOnDataLoss=false to go on without them)")
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (type(self), (self.topics, self.option))
@@ -77,15 +80,15 @@ class TopicNotFoundError(KafkaOptionError):
     def __init__(self, topics: Iterable[str], option: str) -> None:
         self.topics = sorted(topics)
         self.option = option
-        names = ", ".join(repr(t) for t in self.topics)
-        plural = "topics" if len(self.topics) > 1 else "topic"
-        verb = "do" if len(self.topics) > 1 else "does"
-        super().__init__(f"{plural} {names} named by option '{option}' {verb} not exist on the "
+        names, several = _named(self.topics)
+        super().__init__(f"{'topics' if several else 'topic'} {names} named by option "
+                         f"'{option}' {'do' if several else 'does'} not exist on the "
                          "cluster: create it, or correct the name (check "
                          "kafka.bootstrap.servers points at the right cluster)")
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (type(self), (self.topics, self.option))
+
 
 
 def report_data_loss(fail_on_data_loss: bool, error: KafkaDataLossError) -> None:
