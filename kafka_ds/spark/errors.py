@@ -90,7 +90,6 @@ class TopicNotFoundError(KafkaOptionError):
         return (type(self), (self.topics, self.option))
 
 
-
 def report_data_loss(fail_on_data_loss: bool, error: KafkaDataLossError) -> None:
     """Raise ``error`` (failOnDataLoss=true) or log it as a warning (false)."""
     if fail_on_data_loss:

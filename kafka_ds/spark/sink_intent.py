@@ -29,9 +29,9 @@ sees next stays true.
 Limits: the topic needs CREATE (or an operator creates it: one partition,
 cleanup.policy=compact) and the sink's principal needs READ and WRITE on it, and WRITE on
 the transactional id ``<sink id>-intent`` (the PREFIXED ACL on ``<prefix>-`` that its tasks
-need covers it). It must hold one
-sink's records only (the record key is checked). Deleting it forgets the intents: a query
-restarted after that cannot tell whether its last batch was committed.
+need covers it). It must hold one sink's records only (the record key is checked).
+Deleting it forgets the intents: a query restarted after that cannot tell whether its last
+batch was committed.
 """
 
 from __future__ import annotations
