@@ -113,6 +113,54 @@ def test_restart_from_checkpoint_reads_every_record_exactly_once(
     assert sorted(ids, key=lambda v: int(v[3:])) == [f"id-{n}" for n in range(total)]
 
 
+def test_batch_0_replayed_after_a_crash_reads_partitions_added_meanwhile_as_new(
+        spark: Any, kafka: KafkaCluster, topic_factory: Callable[..., str],
+        tmp_path: Path) -> None:
+    """Batch 0 fails after Spark logged its offsets; a partition is added while the query is
+    down. On restart Spark replays batch 0 and asks the source for its initial offsets again
+    (the JVM connector keeps them in the checkpoint): the new partition is in that start and
+    not in batch 0's end. It must be read as new in the next batch, not reported as a
+    deleted partition (a failure with the default failOnDataLoss=true), and every record
+    must come out once, as the JVM connector's query writes them."""
+    topic = topic_factory(partitions=2)
+    for partition in range(2):
+        produce_values(kafka, topic, 30, partition=partition)
+    starts: dict[str, tuple[str, Callable[[], Any]]] = {}
+    for fmt in FORMATS:
+        out, checkpoint = str(tmp_path / f"{fmt}-out"), str(tmp_path / f"{fmt}-checkpoint")
+        failed: list[int] = []
+
+        def write(df: Any, batch_id: int, out: str = out, failed: list[int] = failed) -> None:
+            if batch_id == 0 and not failed:
+                failed.append(batch_id)
+                raise RuntimeError("the query dies in batch 0")
+            df.write.mode("append").parquet(out)
+
+        def start(fmt: str = fmt, checkpoint: str = checkpoint,
+                  write: Callable[[Any, int], None] = write) -> Any:
+            return (spark.readStream.format(fmt)
+                    .options(**reader_options(kafka, subscribe=topic,
+                                              startingOffsets="earliest")).load()
+                    .selectExpr("topic", "partition", "offset", "CAST(value AS STRING) AS value")
+                    .writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
+                    .trigger(availableNow=True).start())
+
+        query = start()
+        with pytest.raises(StreamingQueryException, match="dies in batch 0"):
+            query.awaitTermination(120)
+        starts[fmt] = (out, start)
+    with Admin.from_properties({"bootstrap.servers": kafka.bootstrap()}) as admin:
+        admin.create_partitions(topic, 3)
+    produce_values(kafka, topic, 20, partition=2)
+    for fmt, (_, start) in starts.items():
+        query = start()
+        assert query.awaitTermination(300), f"{fmt} did not finish"
+        assert query.exception() is None, f"{fmt}: {query.exception()}"
+    ours, jvm = (spark.read.parquet(starts[fmt][0]) for fmt in FORMATS)
+    assert_same(ours, jvm)
+    assert ours.count() == 80
+
+
 @pytest.fixture(scope="module")
 def uneven_topic(kafka: KafkaCluster) -> str:
     """4 partitions with 1000, 300, 50 and 1 records: an uneven backlog."""

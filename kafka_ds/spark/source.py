@@ -416,6 +416,11 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
                 "AVAILABLENOW", "A partition reports a latest offset below the end offset",
                 "latest", latest, end)
 
+    def _replaying_first_batch(self, start: OffsetMap) -> bool:
+        """Whether ``start`` is this run's initial offsets, planned without a latestOffset
+        call in this run: batch 0, replayed from the offset log."""
+        return self._initial is not None and start == self._initial and not self._latest
+
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         reader = self.offset_reader
         options = self.options
@@ -437,6 +442,17 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
                 errors.report_data_loss(fail, errors.added_partition_not_from_zero(
                     tp, new_starts[tp]))
         deleted = sorted(set(begin) - set(end_map))
+        if deleted and self._replaying_first_batch(start_map):
+            # Spark asks initialOffset() again when it replays batch 0 after a restart (the
+            # JVM connector keeps its first offsets in the checkpoint; a Python source cannot
+            # reach it). Partitions added since batch 0 was planned are in that start and
+            # not in its end: not deleted, new. Batch 1 reads them from earliest.
+            log.info("batch 0 is replayed after a restart: %s were added since it was "
+                     "planned; the next batch reads them from the earliest offset",
+                     ", ".join(map(str, deleted)))
+            for tp in deleted:
+                del begin[tp]
+            deleted = []
         if deleted:
             errors.report_data_loss(fail, errors.partitions_deleted(
                 deleted, options.has_custom_group_id))
