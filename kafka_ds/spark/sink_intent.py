@@ -12,8 +12,10 @@ The alternative, OffsetCommit metadata in a consumer group, was rejected:
   the last record of a key forever.
 - ``offset.metadata.max.bytes`` (4096) holds the transactions of ~150 Spark partitions; more
   would need chunking over several offsets, whose single append is not documented as atomic.
-- The cost is the same order: a task reads the intent with ListOffsets + one Fetch of one
-  record (an OffsetFetch would be one request), the driver writes it with one Produce.
+- The cost is of the same order: a task reads the intent with two ListOffsets (the last
+  stable offset and the high watermark) and one Fetch of a few records (an OffsetFetch
+  would be one request); the driver writes it with InitProducerId, Produce and EndTxn
+  (about 5 ms on a local broker, against 1 ms for the idempotent append it replaced).
 
 Each intent is written in a Kafka transaction of its own (transactional id
 ``<sink id>-intent``) and read read_committed, so that giving up on a write is final. An
