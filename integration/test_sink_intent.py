@@ -55,17 +55,12 @@ def store(proxied: ProxiedKafkaCluster) -> Iterator[IntentStore]:
     sink_id = f"intent-{uuid.uuid4().hex[:8]}"
     properties = {"bootstrap.servers": proxied.proxy_bootstrap()}
     cluster = Cluster.connect(ClientConfig.from_properties(properties))
+    store = IntentStore(cluster, properties, f"{sink_id}.intent", sink_id)
     try:
-        yield IntentStore(cluster, properties, f"{sink_id}.intent", sink_id)
+        yield store
     finally:
-        sink_pool.discard_producer(_producer_properties(cluster, properties, sink_id))
+        sink_pool.discard_producer(store._producer_properties())
         cluster.close()
-
-
-def _producer_properties(cluster: Cluster, properties: dict[str, str], sink_id: str
-                         ) -> dict[str, str]:
-    return IntentStore(cluster, properties, f"{sink_id}.intent", sink_id
-                       )._producer_properties()
 
 
 def _intent(store: IntentStore, batch_id: int) -> CommitIntent:

@@ -44,8 +44,9 @@ Error handling, per partition unless said otherwise:
   has been handed out, or with ``fail.on.data.loss=false`` skips to the earliest available
   offset, logging a warning and counting ``offsets_skipped``.
 
-Which replica a partition reads from is ``read_replica``'s (KIP-392); the wording of the
-errors that stop a read (no progress, a response that does not parse) is ``fetch_errors``'.
+Which replica a partition reads from is ``read_replica``'s (KIP-392); whether missing offsets
+are a loss, and where the read resumes, is ``log_gaps``'; the wording of the errors that stop
+a read (no progress, a response that does not parse) is ``fetch_errors``'.
 
 Decoding (``chunk_decode``) runs in the calling thread, or with ``decode.threads`` in two
 steps for chunks of large zstd or gzip records: a small pool scans them (CRC, decompression)
@@ -67,8 +68,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka_ds.client import offsets as offset_lookup
-from kafka_ds.client import read_replica
+from kafka_ds.client import log_gaps, read_replica
 from kafka_ds.client.chunk_decode import (
     decode_chunk,
     finish_chunk,
@@ -499,12 +499,9 @@ class FetchLoop:
             per_node[part.node_id] = per_node.get(part.node_id, 0) + len(records)
             fetch_offset = part.position
             assert first_offset is not None
-            if first_offset > fetch_offset and data.log_start_offset > fetch_offset:
-                loss = DataLossError(
-                    part.tp.topic, part.tp.partition, fetch_offset, data.log_start_offset,
-                    f"offsets up to {first_offset - 1} were deleted before they were read")
-                if not self._data_loss(part, loss, data.log_start_offset):
-                    return
+            gap = log_gaps.deleted_before_read(part, first_offset, data.log_start_offset)
+            if gap is not None and not self._data_loss(part, *gap):
+                return
             aborted = None
             if data.aborted_transactions:
                 aborted = [(a.producer_id, a.first_offset) for a in data.aborted_transactions]
@@ -633,51 +630,37 @@ class FetchLoop:
         return True
 
     def _ends_below(self, part: PartitionRead) -> bool:
-        """A partition that made no progress for ``fetch.timeout.ms`` because its log ends
-        below the range (truncated by an unclean leader election, or an end offset given
-        beyond latest): the offsets it waits for do not exist. Data loss, as the JVM
-        connector says after its poll timeout, rather than a timeout that retrying repeats.
-        """
+        """A stalled partition whose log ends below the range: data loss (``log_gaps``),
+        rather than a timeout that every retry of the read would repeat."""
         if part.high_watermark < 0 or part.position < part.high_watermark:
             return False  # records exist past the position: a real stall
-        tp = part.tp
-        lookup_ms = min(self.client.config.request_timeout_ms, self.config.fetch_timeout_ms)
         try:
-            latest = offset_lookup.latest_offsets(self.cluster, [tp], timeout_ms=lookup_ms)[tp]
+            _, log_end = self._log_bounds(part, with_start=False)
         except (NetworkError, KafkaTimeoutError, BrokerError):
             return False
-        if part.position < latest:
+        gap = log_gaps.ended_below(part, log_end)
+        if gap is None:
             return False
-        self._data_loss(part, DataLossError(
-            tp.topic, tp.partition, part.position, latest,
-            f"the log ends at {latest}, below the range's end {part.end} (truncated, or an "
-            "end offset beyond the latest one)"), part.end)
+        self._data_loss(part, *gap)
         return True
 
     def _out_of_range(self, part: PartitionRead) -> None:
         """OFFSET_OUT_OF_RANGE: data loss if the log no longer spans the position, else retry."""
-        tp = part.tp
-        lookup_ms = min(self.client.config.request_timeout_ms, self.config.fetch_timeout_ms)
         try:
-            earliest = offset_lookup.earliest_offsets(self.cluster, [tp], timeout_ms=lookup_ms)
-            latest = offset_lookup.latest_offsets(self.cluster, [tp], timeout_ms=lookup_ms)
+            gap = log_gaps.outside_log(part, *self._log_bounds(part, with_start=True))
         except (NetworkError, KafkaTimeoutError, BrokerError) as exc:
             self._retry_later(part, exc, self.clock.monotonic_ms())
             return
-        low, high = earliest[tp], latest[tp]
-        now_ms = self.clock.monotonic_ms()
-        if part.position < low:
-            self._data_loss(part, DataLossError(
-                tp.topic, tp.partition, part.position, low,
-                "the log start moved past it (retention or DeleteRecords)"), low)
-        elif part.position > high:
-            self._data_loss(part, DataLossError(
-                tp.topic, tp.partition, part.position, high,
-                f"the log ends at {high}, below it (truncated, or the topic was recreated)"),
-                part.end)
+        if gap is not None:
+            self._data_loss(part, *gap)
         else:  # the offset exists: a leader change raced us
             self._retry_later(part, BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                                                f"fetching {tp} at {part.position}"), now_ms)
+                                                f"fetching {part.tp} at {part.position}"),
+                              self.clock.monotonic_ms())
+
+    def _log_bounds(self, part: PartitionRead, *, with_start: bool) -> tuple[int, int]:
+        lookup_ms = min(self.client.config.request_timeout_ms, self.config.fetch_timeout_ms)
+        return log_gaps.log_bounds(self.cluster, part.tp, lookup_ms, with_start=with_start)
 
     def _data_loss(self, part: PartitionRead, loss: DataLossError, resume_at: int) -> bool:
         """Fail (queue the error behind the data before it) or skip to ``resume_at``.
